@@ -1,0 +1,150 @@
+"""The ``engram`` command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from engram.errors import EngramError
+from engram.settings import Settings, SettingsError
+from schemas import BadEvent
+
+app = typer.Typer(
+    name="engram",
+    help="Event-sourced memory for AI agents.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as error:
+        raise fail(str(error), 2) from None
+
+
+@app.command()
+def up() -> None:
+    """Start the embedded stack (broker, worker, ClickHouse, HTTP API) until Ctrl-C.
+
+    Example: ENGRAM_HOME=./.engram engram up
+    """
+    from ops.stack import run_up
+
+    settings = load_settings()
+    try:
+        code = run_up(settings, say=lambda line: console.print(f"[dim]engram[/] {line}"))
+    except (OSError, RuntimeError, EngramError) as error:
+        raise fail(str(error)) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the history.")] = 120.0,
+) -> None:
+    """Run the demo: start the stack, publish three agents' sessions, show the history.
+
+    Example: engram demo
+    """
+    from engram.rundemo import run_demo
+
+    try:
+        run_demo(load_settings(), console, timeout=timeout)
+    except (EngramError, RuntimeError, OSError, TimeoutError) as error:
+        raise fail(str(error)) from None
+
+
+@app.command()
+def publish(
+    file: Annotated[Path, typer.Argument(help="JSON lines, one event per line; - for stdin.")],
+    http: Annotated[bool, typer.Option(help="Publish through the HTTP API.")] = False,
+    batch: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 1000,
+) -> None:
+    """Publish events from a JSON-lines file. Every line is validated before any is sent.
+
+    Example: engram publish events.jsonl
+    """
+    from engram.publishing import publish_file
+
+    try:
+        count = publish_file(load_settings(), file, console, prefer_http=http, batch=batch)
+    except BadEvent as bad:
+        raise fail(f"nothing was published: {bad.reason}", 2) from None
+    except (EngramError, OSError) as error:
+        raise fail(str(error)) from None
+    console.print(f"published {count} events")
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="A read-only query (SELECT, SHOW, DESCRIBE…).")],
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+) -> None:
+    """Query the history in ClickHouse.
+
+    Example: engram sql "SELECT type, count() FROM events GROUP BY type"
+    """
+    from engram.history import run_sql
+
+    if format not in ("table", "csv", "json"):
+        raise fail(f"--format must be table, csv or json, not {format!r}", 2)
+    try:
+        columns, rows = run_sql(load_settings(), query)
+    except EngramError as error:
+        raise fail(str(error)) from None
+    render(columns, rows, format)
+
+
+def render(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        writer.writerows(rows)
+        sys.stdout.write(out.getvalue())
+    elif fmt == "json":
+        records = [dict(zip(columns, row, strict=True)) for row in rows]
+        sys.stdout.write(json.dumps(records, default=str, ensure_ascii=False, indent=2) + "\n")
+    else:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*(str(v) for v in row))
+        console.print(table)
+
+
+@app.command()
+def schema(
+    type: Annotated[str | None, typer.Argument(help="One event type, e.g. tool.result")] = None,
+) -> None:
+    """Print the JSON Schema of every event type (or of one).
+
+    Example: engram schema interaction.recorded
+    """
+    from schemas import TYPES_BY_NAME
+
+    if type is not None and type not in TYPES_BY_NAME:
+        raise fail(f"unknown event type {type!r}; known: {', '.join(sorted(TYPES_BY_NAME))}", 2)
+    chosen = {type: TYPES_BY_NAME[type]} if type else TYPES_BY_NAME
+    schemas = {name: model.model_json_schema() for name, model in sorted(chosen.items())}
+    sys.stdout.write(json.dumps(schemas, indent=2, ensure_ascii=False) + "\n")
+
+
+def main() -> None:
+    app()

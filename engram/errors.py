@@ -1,0 +1,31 @@
+"""Errors of the public client."""
+
+from __future__ import annotations
+
+from schemas import BadEvent
+
+
+class EngramError(Exception):
+    """Base of every error the client raises on purpose."""
+
+
+class NotRunning(EngramError):
+    """No broker address is configured and no ``engram up`` is running."""
+
+
+class PublishError(EngramError):
+    """The log did not acknowledge the events before the deadline; nothing can be
+    assumed about the ones in flight (publishing again is safe: ids deduplicate)."""
+
+
+class RejectedEvent(EngramError):
+    """The server refused a batch; ``index`` and ``reason`` say which event and why."""
+
+    def __init__(self, reason: str, index: int | None = None) -> None:
+        where = f"event {index}: " if index is not None else ""
+        super().__init__(f"{where}{reason}")
+        self.reason = reason
+        self.index = index
+
+
+__all__ = ["BadEvent", "EngramError", "NotRunning", "PublishError", "RejectedEvent"]

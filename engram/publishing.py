@@ -1,0 +1,66 @@
+"""``engram publish FILE.jsonl``: validate every line, then publish with progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from engram.client import Memory
+from engram.settings import Settings
+from schemas import BadEvent
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, object) of each non-blank line of a JSON-lines file (``-`` is
+    stdin); BadEvent names the bad line."""
+    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    objects = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise BadEvent(f"line {number}: malformed JSON: {error}") from None
+        objects.append((number, obj))
+    return objects
+
+
+def publish_file(
+    settings: Settings, path: Path, console: Console, *, prefer_http: bool, batch: int
+) -> int:
+    """Publish every event of ``path``; nothing is sent if any line is invalid."""
+    lines = read_jsonl(path)
+    with Memory.connect(settings, prefer_http=prefer_http) as memory:
+        events = []
+        for number, obj in lines:
+            try:
+                events.extend(memory.validate([obj]))
+            except BadEvent as bad:
+                raise BadEvent(f"line {number}: {bad.reason.removeprefix('event 0: ')}") from None
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("publishing", total=len(events))
+            for start in range(0, len(events), batch):
+                chunk = events[start : start + batch]
+                memory.publish_many(chunk)
+                progress.advance(task, len(chunk))
+    return len(events)

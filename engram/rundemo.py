@@ -1,0 +1,157 @@
+"""Run the demo against the embedded stack: start ``engram up`` unless it is
+running, publish the demo events, wait until ClickHouse holds every one of them
+and their working-memory changes, print a table per agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+from engram.client import Memory, read_up_file
+from engram.demo import demo_events
+from engram.errors import EngramError
+from engram.history import http_client
+from engram.settings import Settings
+
+
+def stack_alive(settings: Settings) -> dict[str, Any] | None:
+    """The running stack's ``up.json`` if its HTTP API answers, else None."""
+    up = read_up_file(settings.up_file)
+    if up is None:
+        return None
+    try:
+        httpx.get(f"{up['http']}/v1/health", timeout=2).raise_for_status()
+    except httpx.HTTPError:
+        return None
+    return up
+
+
+@contextmanager
+def running_stack(settings: Settings, console: Console, timeout: float) -> Iterator[dict[str, Any]]:
+    """Use the running stack, or start ``engram up`` for the duration of the block."""
+    up = stack_alive(settings)
+    if up is not None:
+        yield up
+        return
+    settings.up_file.unlink(missing_ok=True)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    log_path = settings.home / "up.log"
+    console.print(f"starting the embedded stack (log: {log_path})")
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "engram", "up"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=os.environ.copy(),
+        )
+        try:
+            yield wait_until_up(settings, process, log_path, timeout)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_until_up(
+    settings: Settings, process: subprocess.Popen[bytes], log_path: Any, timeout: float
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise EngramError(f"engram up exited with {process.returncode}:\n{tail}")
+        up = stack_alive(settings)
+        if up is not None:
+            return up
+        time.sleep(0.2)
+    raise TimeoutError(f"engram up did not come up within {timeout:.0f}s; see {log_path}")
+
+
+def wait_for_history(url: str, ids: list[str], timeout: float) -> None:
+    """Block until every event and its working-memory change are in ClickHouse."""
+    client = http_client(url)
+    wanted = len(ids)
+    query = (
+        "SELECT (SELECT count() FROM events FINAL WHERE event_id IN {ids:Array(UUID)}),"
+        " (SELECT count() FROM memory_changes FINAL WHERE source_event_id IN {ids:Array(UUID)})"
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            events, changes = client.query(query, parameters={"ids": ids}).result_rows[0]
+            if events >= wanted and changes >= wanted:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"after {timeout:.0f}s ClickHouse holds {events}/{wanted} demo events and "
+                    f"{changes}/{wanted} memory changes"
+                )
+            time.sleep(0.2)
+    finally:
+        client.close()
+
+
+SUMMARY = """
+SELECT e.agent_id, e.events, e.sessions, e.users, w.body
+FROM (
+    SELECT agent_id, count() AS events, uniqExact(session_id) AS sessions,
+           groupUniqArray(user_id) AS users
+    FROM events FINAL GROUP BY agent_id
+) AS e
+LEFT JOIN (
+    SELECT agent_id, argMax(body, (seq, idx)) AS body
+    FROM memory_changes FINAL
+    WHERE type = 'working.updated' AND JSONExtractBool(body, 'cleared') = 0
+    GROUP BY agent_id
+) AS w USING agent_id
+ORDER BY e.agent_id
+"""
+
+
+def last_turns(body: str | None, n: int = 2) -> str:
+    if not body:
+        return ""
+    turns = json.loads(body)["turns"][-n:]
+    return "\n".join(f"{t['role']}: {t['content']}" for t in turns)
+
+
+def summary_table(url: str) -> Table:
+    client = http_client(url)
+    try:
+        rows = client.query(SUMMARY).result_rows
+    finally:
+        client.close()
+    table = Table(title="engram demo: what ClickHouse holds per agent")
+    for column in ("agent", "events", "sessions", "users", "last working memory"):
+        table.add_column(column)
+    for agent, events, sessions, users, body in rows:
+        table.add_row(agent, str(events), str(sessions), ", ".join(users), last_turns(body))
+    return table
+
+
+def run_demo(settings: Settings, console: Console, *, timeout: float) -> None:
+    """The README's main job; raises on any failure, returns after printing the table."""
+    events = demo_events()
+    with running_stack(settings, console, timeout) as up:
+        console.print(f"publishing {len(events)} events of 3 agents to {up['kafka_bootstrap']}")
+        started = time.monotonic()
+        with Memory(bootstrap=up["kafka_bootstrap"], settings=settings) as memory:
+            memory.publish_many(events)
+        wait_for_history(up["http"], [str(e.event_id) for e in events], timeout)
+        elapsed = time.monotonic() - started
+        console.print(f"all {len(events)} events are in ClickHouse ({elapsed:.1f}s after publish)")
+        console.print(summary_table(up["http"]))

@@ -1,0 +1,113 @@
+"""Every setting of engram, read once from ``ENGRAM_*`` environment variables.
+
+The same code runs embedded and in production: leaving ``ENGRAM_KAFKA_BOOTSTRAP``
+and ``ENGRAM_CLICKHOUSE_URL`` unset starts the embedded broker and chdb; pointing
+them at servers uses those instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from schemas import DEFAULT_MAX_BYTES
+
+
+class SettingsError(ValueError):
+    """An ``ENGRAM_*`` variable has a value engram cannot use."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, low: int = 1) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not an integer") from None
+    if value < low:
+        raise SettingsError(f"{name}={value} is below the minimum {low}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise SettingsError(f"{name}={value} must be positive")
+    return value
+
+
+def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
+    raw = env.get(name) or default
+    host, sep, port = raw.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise SettingsError(f"{name}={raw!r} must be HOST:PORT, for example 127.0.0.1:8321")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved configuration; build it with :meth:`from_env`."""
+
+    home: Path
+    kafka_bootstrap: str | None = None
+    kafka_port: int | None = None
+    clickhouse_url: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = 8321
+    events_topic: str = "engram.events"
+    memory_topic: str = "engram.memory"
+    dlq_topic: str = "engram.events.dlq"
+    partitions: int = 6
+    group_id: str = "engram-worker"
+    max_event_bytes: int = DEFAULT_MAX_BYTES
+    batch_size: int = 1000
+    flush_interval_s: float = 0.2
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read ``ENGRAM_*`` variables; raises SettingsError naming the bad variable."""
+        env = os.environ if env is None else env
+        home = Path(env.get("ENGRAM_HOME") or Path.home() / ".engram").expanduser()
+        http_host, http_port = _host_port(env, "ENGRAM_HTTP", "127.0.0.1:8321")
+        port = env.get("ENGRAM_KAFKA_PORT")
+        return cls(
+            home=home,
+            kafka_bootstrap=env.get("ENGRAM_KAFKA_BOOTSTRAP") or None,
+            kafka_port=_int(env, "ENGRAM_KAFKA_PORT", 0) if port else None,
+            clickhouse_url=env.get("ENGRAM_CLICKHOUSE_URL") or None,
+            http_host=http_host,
+            http_port=http_port,
+            partitions=_int(env, "ENGRAM_PARTITIONS", 6),
+            group_id=env.get("ENGRAM_GROUP_ID") or "engram-worker",
+            max_event_bytes=_int(env, "ENGRAM_MAX_EVENT_BYTES", DEFAULT_MAX_BYTES, low=1024),
+            batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
+            flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
+        )
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.kafka_bootstrap is None
+
+    @property
+    def clickhouse_dsn(self) -> str:
+        """``ENGRAM_CLICKHOUSE_URL``, or chdb under ``$ENGRAM_HOME/clickhouse``."""
+        return self.clickhouse_url or f"chdb://{self.home / 'clickhouse'}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.http_host}:{self.http_port}"
+
+    @property
+    def up_file(self) -> Path:
+        """Where ``engram up`` records what it started (URL, broker, pids)."""
+        return self.home / "up.json"

@@ -1,0 +1,507 @@
+"""A read-only SQL gate over a clickhouse-connect client.
+
+Two locks keep a query from writing:
+
+1. :func:`check_read_only`, a pure check over the query's tokens (lexed the way
+   ClickHouse lexes them: quotes with backslash escapes, nested ``/* */`` and
+   ``--`` / ``//`` / ``#`` comments, ``$tag$`` heredocs): one statement, starting
+   with SELECT, WITH … SELECT, SHOW, DESCRIBE, DESC, EXISTS or EXPLAIN; no
+   ``INTO OUTFILE`` (chdb writes that file even in read-only mode); no
+   ``SETTINGS`` that touch ``readonly``, ``allow_ddl`` or introspection.
+2. The engine: :class:`QueryGate` reads through a ``readonly=1`` session, so
+   ClickHouse itself refuses writes, DDL and setting changes (chdb honours this,
+   per connection handle).
+
+Every call into the client runs on the gate's single worker thread
+(:attr:`QueryGate.executor`): chdb is synchronous and hosts one engine per
+process, so the ClickHouse sink may share that thread by submitting to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import Error as ClickHouseClientError
+
+T = TypeVar("T")
+
+READ_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"})
+"""Keywords a read statement may start with."""
+
+WRITE_KEYWORDS = frozenset(
+    {
+        "INSERT", "ALTER", "DROP", "CREATE", "TRUNCATE", "OPTIMIZE", "SYSTEM", "SET", "KILL",
+        "GRANT", "REVOKE", "RENAME", "DELETE", "UPDATE", "ATTACH", "DETACH", "EXCHANGE",
+        "UNDROP", "BACKUP", "RESTORE", "USE", "MOVE", "REPLACE", "CHECK", "BEGIN", "COMMIT",
+        "ROLLBACK",
+    }
+)  # fmt: skip
+"""Statement keywords that the main statement of a ``WITH`` query must not be."""
+
+PROTECTED_SETTINGS = frozenset({"readonly", "allow_ddl", "allow_introspection_functions"})
+"""Settings a query may not change: they would lift the read-only lock."""
+
+_FORMAT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEREDOC_TAG = re.compile(r"\$[A-Za-z0-9_]*\$", re.ASCII)
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")
+_SPACE = frozenset(" \t\n\r\f\v")
+
+
+class ReadOnlyViolation(ValueError):
+    """The gate refused a query because it could write, or could not be checked.
+
+    ``keyword`` names what was refused (``INSERT``, ``;``, ``INTO OUTFILE``,
+    ``SETTINGS readonly`` …); the message says why.
+    """
+
+    def __init__(self, keyword: str, reason: str) -> None:
+        super().__init__(f"read-only gate refused the query: {reason}")
+        self.keyword = keyword
+        self.reason = reason
+
+
+class UncheckableQuery(ReadOnlyViolation):
+    """The query could not be read (empty, an unclosed quote or comment), so it is refused."""
+
+
+class QueryFailed(Exception):
+    """The engine (or the client talking to it) rejected a query that passed the gate.
+
+    ``code`` is the ClickHouse error code (0 when unknown, e.g. a lost connection),
+    ``message`` the engine's text, usually ``Code: N. DB::Exception: … (NAME)``.
+    """
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# -- lexing ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Token:
+    """One significant token: ``kind`` is word, quoted, string, number or punct."""
+
+    kind: str
+    text: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+    @property
+    def upper(self) -> str:
+        return self.text.upper() if self.kind == "word" else ""
+
+
+def tokenize(sql: str) -> list[Token]:
+    """The significant tokens of ``sql`` (comments and whitespace dropped); see iter_tokens."""
+    return list(iter_tokens(sql))
+
+
+def iter_tokens(sql: str) -> Iterator[Token]:
+    """The significant tokens of ``sql``, lexed lazily.
+
+    Raises UncheckableQuery on an unclosed quote or comment, when it gets there.
+    Where ClickHouse's lexer is uncertain to us (heredoc tags), this lexer sees
+    *more* tokens, never fewer, so a check over them is stricter, never laxer.
+    """
+    pos = 0
+    while pos < len(sql):
+        end, kind = _scan(sql, pos)
+        if kind:
+            yield Token(kind, sql[pos:end], pos)
+        pos = end
+
+
+def _scan(sql: str, pos: int) -> tuple[int, str]:
+    """End of the token starting at ``pos`` and its kind ('' for comments and spaces)."""
+    char, pair = sql[pos], sql[pos : pos + 2]
+    if char in _SPACE:
+        return _skip_spaces(sql, pos), ""
+    if pair in ("--", "//", "# ", "#!"):
+        end = sql.find("\n", pos)
+        return (len(sql) if end < 0 else end), ""
+    if pair == "/*":
+        return _skip_block_comment(sql, pos), ""
+    if char in "'\"`":
+        return _skip_quoted(sql, pos), "string" if char == "'" else "quoted"
+    if char == "$":
+        heredoc_end = _heredoc_end(sql, pos)
+        if heredoc_end:
+            return heredoc_end, "string"
+    if char in _WORD_CHARS:
+        end = pos
+        while end < len(sql) and sql[end] in _WORD_CHARS:
+            end += 1
+        return end, "number" if char.isdigit() else "word"
+    return pos + 1, "punct"
+
+
+def _skip_spaces(sql: str, pos: int) -> int:
+    while pos < len(sql) and sql[pos] in _SPACE:
+        pos += 1
+    return pos
+
+
+def _skip_block_comment(sql: str, pos: int) -> int:
+    """End of a ``/* */`` comment; ClickHouse nests them."""
+    depth, index = 1, pos + 2
+    while index < len(sql) - 1:
+        pair = sql[index : index + 2]
+        if pair in ("/*", "*/"):
+            depth += 1 if pair == "/*" else -1
+            index += 2
+            if depth == 0:
+                return index
+        else:
+            index += 1
+    raise UncheckableQuery("/*", f"the comment opened at position {pos} is not closed")
+
+
+def _skip_quoted(sql: str, pos: int) -> int:
+    """End of a quoted string or identifier: backslash escapes, a doubled quote is one quote."""
+    quote, index = sql[pos], pos + 1
+    while index < len(sql):
+        char = sql[index]
+        if char == "\\" or (char == quote and sql[index + 1 : index + 2] == quote):
+            index += 2
+        elif char == quote:
+            return index + 1
+        else:
+            index += 1
+    raise UncheckableQuery(quote, f"the quote {quote} opened at position {pos} is not closed")
+
+
+def _heredoc_end(sql: str, pos: int) -> int:
+    """End of a ``$tag$ … $tag$`` heredoc starting at ``pos``, or 0 if there is none."""
+    tag = _HEREDOC_TAG.match(sql, pos)
+    if tag is None:
+        return 0
+    close = sql.find(tag.group(), tag.end())
+    return 0 if close < 0 else close + len(tag.group())
+
+
+# -- the read-only rule ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadQuery:
+    """A query that passed :func:`check_read_only`.
+
+    ``text`` is its one statement without the trailing ``;``, surrounding comments
+    or ``FORMAT`` clause; ``fmt`` is that clause's format name, if it had one.
+    """
+
+    text: str
+    fmt: str | None
+
+
+def check_read_only(sql: str) -> ReadQuery:
+    """Accept exactly one read statement, or raise ReadOnlyViolation naming the offender.
+
+    Allowed: one statement (one trailing ``;`` at most) starting with SELECT,
+    WITH (whose main statement is a SELECT), SHOW, DESCRIBE, DESC, EXISTS or
+    EXPLAIN, optionally behind opening parentheses. Refused: anything else, a
+    second statement, ``INTO OUTFILE``, ``SETTINGS`` naming a PROTECTED_SETTINGS
+    entry. The first keyword is checked before the rest is lexed, so an INSERT
+    with binary data is refused as an INSERT. Pure: no I/O.
+    """
+    tokens = iter_tokens(sql)
+    lead = _lead(tokens)
+    statement = _one_statement([*lead, *tokens])
+    if lead[-1].upper == "WITH":
+        _check_with(statement[len(lead) :])
+    _check_no_outfile(statement)
+    _check_settings(statement)
+    return _split_format(sql, statement)
+
+
+def _lead(tokens: Iterator[Token]) -> list[Token]:
+    """Opening parentheses and the first keyword, refused unless a read keyword."""
+    lead: list[Token] = []
+    for token in tokens:
+        lead.append(token)
+        if token.text != "(":
+            break
+    if not lead:
+        raise UncheckableQuery("", "the query is empty")
+    if lead[-1].text == "(":
+        raise UncheckableQuery("(", "the query holds nothing after '('")
+    first = lead[-1]
+    if first.upper not in READ_KEYWORDS:
+        raise _refuse(first.upper or first.text)
+    return lead
+
+
+def _one_statement(tokens: list[Token]) -> list[Token]:
+    if tokens[-1].text == ";" and tokens[-1].kind == "punct":
+        tokens = tokens[:-1]
+    for index, token in enumerate(tokens):
+        if token.kind == "punct" and token.text == ";":
+            after = tokens[index + 1].text if index + 1 < len(tokens) else ";"
+            raise ReadOnlyViolation(
+                ";", f"only one statement may run per query, found {after!r} after ';'"
+            )
+    return tokens
+
+
+def _refuse(keyword: str) -> ReadOnlyViolation:
+    allowed = ", ".join(sorted(READ_KEYWORDS))
+    return ReadOnlyViolation(
+        keyword, f"{keyword} is not a read statement; only {allowed} statements may run here"
+    )
+
+
+def _check_with(tokens: Sequence[Token]) -> None:
+    main = _main_keyword_after_with(tokens)
+    if main != "SELECT":
+        raise _refuse(f"WITH … {main}" if main else "WITH without SELECT")
+
+
+def _main_keyword_after_with(tokens: Sequence[Token]) -> str:
+    """The first statement keyword outside brackets after WITH ('' if none)."""
+    depth = 0
+    for token in tokens:
+        if token.text in ("(", "["):
+            depth += 1
+        elif token.text in (")", "]"):
+            depth -= 1
+        elif depth == 0 and token.upper in READ_KEYWORDS | WRITE_KEYWORDS:
+            return token.upper
+    return ""
+
+
+def _check_no_outfile(statement: list[Token]) -> None:
+    if any(token.upper == "OUTFILE" for token in statement):
+        raise ReadOnlyViolation(
+            "INTO OUTFILE", "INTO OUTFILE would write a file on the server running the engine"
+        )
+
+
+def _check_settings(statement: list[Token]) -> None:
+    for index, token in enumerate(statement):
+        if token.upper == "SETTINGS":
+            for name in _setting_names(statement, index + 1):
+                if name.lower() in PROTECTED_SETTINGS:
+                    raise ReadOnlyViolation(
+                        f"SETTINGS {name}", f"a query may not change the setting {name}"
+                    )
+
+
+def _setting_names(tokens: list[Token], index: int) -> list[str]:
+    """Names of a ``SETTINGS a = 1, b = 'x'`` clause starting at ``index``."""
+    names = []
+    while index + 2 < len(tokens) and tokens[index + 1].text == "=":
+        names.append(tokens[index].text.strip('`"'))
+        index += 2
+        if tokens[index].text in ("-", "+") and index + 1 < len(tokens):
+            index += 1
+        index += 1
+        if index >= len(tokens) or tokens[index].text != ",":
+            break
+        index += 1
+    return names
+
+
+def _split_format(sql: str, statement: list[Token]) -> ReadQuery:
+    """Cut a ``FORMAT name`` clause (at the end, or before a final SETTINGS) out of the text."""
+    start, end = statement[0].start, statement[-1].end
+    depth = 0
+    for index, token in enumerate(statement[:-1]):
+        depth += (token.text in ("(", "[")) - (token.text in (")", "]"))
+        name = statement[index + 1]
+        after = statement[index + 2] if index + 2 < len(statement) else None
+        closes = after is None or after.upper == "SETTINGS"
+        if depth == 0 and token.upper == "FORMAT" and name.kind == "word" and closes:
+            text = f"{sql[start : token.start].rstrip()} {sql[name.end : end].lstrip()}"
+            return ReadQuery(text.rstrip(), name.text)
+    return ReadQuery(sql[start:end], None)
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is a plain format name (it is spliced into SQL), else UncheckableQuery."""
+    if not _FORMAT_NAME.fullmatch(fmt):
+        raise UncheckableQuery("FORMAT", f"{fmt!r} is not a format name")
+    return fmt
+
+
+def check_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """Per-query settings, refused if a name is malformed or in PROTECTED_SETTINGS."""
+    for name in settings:
+        if not _SETTING_NAME.fullmatch(name) or name.lower() in PROTECTED_SETTINGS:
+            raise ReadOnlyViolation(f"SETTINGS {name}", f"a query may not set {name!r}")
+    return dict(settings)
+
+
+# -- bind parameters ------------------------------------------------------
+
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "0": "\0", "a": "\a", "v": "\v"}
+
+
+def unescape_param(value: str) -> str | None:
+    """A ``param_<name>`` value in ClickHouse's escaped text form, as a Python string.
+
+    ``\\N`` alone is NULL (None); ``\\xHH`` is a byte; ``\\n``, ``\\t`` … the usual
+    controls; any other escaped character stands for itself. Raises ValueError if
+    the ``\\xHH`` bytes are not UTF-8.
+    """
+    if value == "\\N":
+        return None
+    out = bytearray()
+    index = 0
+    while index < len(value):
+        char = value[index]
+        if char != "\\" or index + 1 == len(value):
+            out += char.encode()
+            index += 1
+            continue
+        nxt = value[index + 1]
+        hex_digits = value[index + 2 : index + 4]
+        if nxt == "x" and re.fullmatch(r"[0-9A-Fa-f]{2}", hex_digits):
+            out.append(int(hex_digits, 16))
+            index += 4
+        else:
+            out += _ESCAPES.get(nxt, nxt).encode()
+            index += 2
+    try:
+        return out.decode()
+    except UnicodeDecodeError:
+        raise ValueError("a bind parameter's \\xHH bytes are not UTF-8 text") from None
+
+
+def _placeholders(sql: str) -> set[str]:
+    """Names used as ``{name:Type}`` server-side placeholders in ``sql``."""
+    return set(re.findall(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:", sql))
+
+
+# -- the gate -------------------------------------------------------------
+
+
+class QueryGate:
+    """Runs read-only queries against the engine behind a clickhouse-connect client.
+
+    The gate never changes the client it is given (a sink may write with it):
+    it reads through a connection whose session is ``readonly=1``. For chdb,
+    whose session settings stick to a connection handle, that is a second
+    handle on the same engine, opened and closed by the gate; for a server, the
+    given client with ``readonly=1`` sent on each query (unless the server user
+    is read-only already). Every call into either runs on :attr:`executor`, one
+    thread, in submission order; a sink that shares it must be done before
+    :meth:`close`.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-sql")
+        reader = self.executor.submit(_open_reader, client).result()
+        self._reader, self._query_settings, self._owns_reader = reader
+        self.timezone: str = self.executor.submit(self._engine_timezone).result()
+
+    @property
+    def reader(self) -> Client:
+        """The client the gate reads through: for chdb its own handle, locked with
+        ``readonly=1`` at the engine; for a server, the given client (the lock rides
+        on each query). Calls on it bypass the keyword check: for diagnostics and tests."""
+        return self._reader
+
+    def _engine_timezone(self) -> str:
+        tz = self._reader.command(
+            "SELECT timezone()", settings=self._query_settings, use_database=False
+        )
+        return str(tz)
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        """``call()`` on the worker thread; client errors become QueryFailed."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.executor, call)
+        except ClickHouseClientError as error:
+            raise QueryFailed(error.code or 0, str(error)) from error
+
+    async def raw(
+        self,
+        sql: str,
+        fmt: str = "TabSeparated",
+        *,
+        settings: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """The result of one read query as bytes in ClickHouse output format ``fmt``.
+
+        A FORMAT clause in ``sql`` wins over ``fmt`` (as in ClickHouse). ``params``
+        are server-side bind values for ``{name:Type}`` placeholders, in the escaped
+        text form of ClickHouse's ``param_<name>`` URL parameters. ``settings`` ride
+        with the query, but a read-only chdb session refuses any change. Raises
+        ReadOnlyViolation before running anything that could write, QueryFailed
+        when the engine rejects the query, ValueError for a malformed parameter.
+        """
+        query = check_read_only(sql)
+        out_fmt = check_format(query.fmt or fmt)
+        merged = {**check_settings(settings or {}), **self._query_settings}
+        binds = _bind_values(query.text, params or {})
+        return await self._run(
+            lambda: self._reader.raw_query(
+                query.text, parameters=binds, settings=merged or None, fmt=out_fmt
+            )
+        )
+
+    async def rows(
+        self, sql: str, parameters: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Rows of one read query; ``parameters`` bind as in ``client.query``.
+
+        Raises ReadOnlyViolation for anything but one read statement, ValueError
+        if it has a FORMAT clause, QueryFailed when the engine rejects it.
+        """
+        query = check_read_only(sql)
+        if query.fmt:
+            raise ValueError("rows() decodes the result itself: drop the FORMAT clause")
+        bound = dict(parameters) if isinstance(parameters, Mapping) else parameters
+        settings = self._query_settings or None
+        result = await self._run(
+            lambda: self._reader.query(query.text, parameters=bound, settings=settings)
+        )
+        return [tuple(row) for row in result.result_rows]
+
+    def close(self) -> None:
+        """Close the gate's own chdb handle (never the given client), then stop the thread."""
+        if self._owns_reader:
+            self.executor.submit(self._reader.close).result()
+        self.executor.shutdown(wait=True)
+
+
+def _open_reader(client: Client) -> tuple[Client, dict[str, str], bool]:
+    """(client to read through, settings for each query, whether the gate owns it)."""
+    path = getattr(client, "path", None)
+    if client.uri.startswith("chdb:") and isinstance(path, str):
+        reader = clickhouse_connect.get_client(
+            interface="chdb", path=path, database=client.database
+        )
+        reader.set_client_setting("readonly", "1")
+        return reader, {}, True
+    current = client.server_settings.get("readonly")
+    already = current is not None and current.value != "0"
+    return client, ({} if already else {"readonly": "1"}), False
+
+
+def _bind_values(sql: str, params: Mapping[str, str]) -> dict[str, Any] | None:
+    """Unescaped values for the placeholders ``sql`` uses; None when it uses none.
+
+    Only used names are passed: clickhouse-connect would otherwise format a
+    placeholder-free query with Python ``%`` substitution.
+    """
+    used = _placeholders(sql)
+    binds = {name: unescape_param(value) for name, value in params.items() if name in used}
+    return binds or None

@@ -1,0 +1,1 @@
+"""Running engram: the embedded stack, restore from the archive, benchmarks."""

@@ -1,0 +1,149 @@
+"""``engram up``: the embedded stack in one process tree.
+
+Order of start: broker (embedded Tansu, unless ``ENGRAM_KAFKA_BOOTSTRAP`` names
+one) -> topics -> ClickHouse (chdb under ``$ENGRAM_HOME/clickhouse`` unless
+``ENGRAM_CLICKHOUSE_URL``) -> restore the log from the archive when the broker
+is empty -> HTTP API -> ``up.json`` -> the faust worker, in the foreground until
+SIGINT/SIGTERM. Stopping tears it all down, the broker child included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import clickhouse_connect
+import faust
+from mode import Worker
+
+from engram.api import create_api
+from engram.client import Memory
+from engram.settings import Settings
+from engram.sqlgate import QueryGate
+from ops.broker import EmbeddedBroker
+from ops.http import HttpThread
+from ops.restore import restore_log
+from ops.topics import ensure_topics, pipeline_topics
+from processors import MemoryConfig
+from schemas import RAW_TYPE_NAMES, Codec, Event
+from sinks.clickhouse import ClickHouseHistory
+from streams.app import create_app, create_topics
+from streams.pipeline import register
+
+log = logging.getLogger("engram.up")
+Say = Callable[[str], None]
+
+
+def build_worker_app(settings: Settings, bootstrap: str, history: ClickHouseHistory) -> faust.App:
+    """The faust app with the pipeline registered on it."""
+    app = create_app(app_id=settings.group_id, bootstrap=bootstrap, partitions=settings.partitions)
+    topics = create_topics(
+        app,
+        events=settings.events_topic,
+        memory=settings.memory_topic,
+        dead_letters=settings.dlq_topic,
+    )
+    register(
+        app,
+        topics=topics,
+        history=history,
+        codec=Codec(max_bytes=settings.max_event_bytes),
+        config=MemoryConfig(),
+        bootstrap=bootstrap,
+        batch_size=settings.batch_size,
+        within=settings.flush_interval_s,
+    )
+    return app
+
+
+async def prepare_log(
+    settings: Settings, bootstrap: str, history: ClickHouseHistory, say: Say
+) -> int:
+    """Create the topics and restore the archive into an empty broker."""
+    specs = pipeline_topics(
+        settings.events_topic, settings.memory_topic, settings.dlq_topic, settings.partitions
+    )
+    created = await ensure_topics(bootstrap, specs)
+    if created:
+        say(f"created topics: {', '.join(created)}")
+
+    def progress(done: int, total: int) -> None:
+        say(f"restoring the log from the archive: {done}/{total}")
+
+    return await restore_log(bootstrap, settings.events_topic, history, progress)
+
+
+def http_api(settings: Settings, bootstrap: str, gate: QueryGate, info: dict[str, Any]) -> Any:
+    publisher = Memory(bootstrap=bootstrap, settings=settings)
+
+    async def publish(events: Sequence[Event]) -> None:
+        await publisher.apublish_many(events)
+
+    return create_api(
+        codec=Codec(max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
+        publish=publish,
+        gate=gate,
+        info=lambda: info,
+    )
+
+
+def run_up(settings: Settings, say: Say = print) -> int:
+    """Run the stack until a signal; return the exit code."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    broker: EmbeddedBroker | None = None
+    http: HttpThread | None = None
+    try:
+        if settings.kafka_bootstrap:
+            bootstrap = settings.kafka_bootstrap
+        else:
+            broker = EmbeddedBroker(settings.kafka_port, settings.home / "broker.log")
+            bootstrap = broker.start()
+            say(f"broker: Tansu on {bootstrap} (in memory)")
+        client = clickhouse_connect.get_client(dsn=settings.clickhouse_dsn)
+        gate = QueryGate(client)
+        history = ClickHouseHistory(client, gate.executor)
+        history.ensure_schema()
+        say(f"history: {settings.clickhouse_dsn}")
+        restored = asyncio.run(prepare_log(settings, bootstrap, history, say))
+        if restored:
+            say(f"restored {restored} events from the archive")
+        info: dict[str, Any] = {
+            "http": settings.http_url,
+            "kafka_bootstrap": bootstrap,
+            "clickhouse": settings.clickhouse_dsn,
+            "pid": os.getpid(),
+            "broker_pid": broker.pid if broker else None,
+            "started_at": datetime.now(UTC).isoformat(),
+            "home": str(settings.home),
+        }
+        http = HttpThread(
+            http_api(settings, bootstrap, gate, info), settings.http_host, settings.http_port
+        )
+        http.start()
+        settings.up_file.write_text(json.dumps(info, indent=2) + "\n")
+        say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
+        say("engram is up; Ctrl-C stops it")
+        app = build_worker_app(settings, bootstrap, history)
+        return run_worker(app)
+    finally:
+        if http is not None:
+            http.stop()
+        settings.up_file.unlink(missing_ok=True)
+        if broker is not None:
+            broker.stop()
+
+
+def run_worker(app: faust.App) -> int:
+    """Run the faust worker in the foreground until SIGINT/SIGTERM."""
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    worker = Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0

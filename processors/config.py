@@ -1,0 +1,30 @@
+"""The one versioned parameter set of the memory dynamics.
+
+A derived event names the config that made it (``config_version``): a change of
+any parameter changes the version, so a reprocess with new parameters writes a
+new derived log instead of editing the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from pydantic import Field
+
+from schemas import Model
+
+
+class MemoryConfig(Model):
+    """Parameters of every processor. ``name`` is a human label; :attr:`version`
+    adds a digest of all parameters, so two configs share a version only if they
+    are equal."""
+
+    name: str = "default"
+    dedupe_window: Annotated[int, Field(ge=1)] = 1024
+    working_turns: Annotated[int, Field(ge=1)] = 20
+
+    @property
+    def version(self) -> str:
+        digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:10]
+        return f"{self.name}@{digest}"

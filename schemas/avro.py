@@ -1,0 +1,166 @@
+"""Avro schemas derived from the pydantic models, and the single-object encoding.
+
+The ``.avsc`` files under ``schemas/avsc/`` are the published contracts; they are
+generated from the models by :func:`write_avsc` and a unit test keeps the two in
+step. Older versions stay in that folder so that readers resolve any writer
+schema they meet by its fingerprint (schema evolution).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import types
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from uuid import UUID
+
+import fastavro
+import fastavro.schema
+from pydantic import AwareDatetime, BaseModel
+
+from schemas.base import DerivedEvent, Event
+
+MAGIC = b"\xc3\x01"
+AVSC_DIR = Path(__file__).with_name("avsc")
+
+AvroSchema = dict[str, Any]
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _avro_type(tp: Any, seen: set[str], namespace: str) -> Any:
+    """Map one Python annotation onto its Avro type (the subset our models use)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _avro_type(get_args(tp)[0], seen, namespace)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"only Optional unions map to Avro: {tp!r}")
+        return ["null", _avro_type(inner[0], seen, namespace)]
+    if origin is Literal:
+        return "string"
+    if origin is list:
+        return {"type": "array", "items": _avro_type(get_args(tp)[0], seen, namespace)}
+    if origin is dict:
+        return {"type": "map", "values": _avro_type(get_args(tp)[1], seen, namespace)}
+    if _is_model(tp):
+        return _record(tp, seen, namespace)
+    simple: dict[Any, Any] = {
+        str: "string",
+        int: "long",
+        float: "double",
+        bool: "boolean",
+        UUID: {"type": "string", "logicalType": "uuid"},
+    }
+    if tp in simple:
+        return simple[tp]
+    if tp is AwareDatetime or (isinstance(tp, type) and issubclass(tp, datetime)):
+        return {"type": "long", "logicalType": "timestamp-millis"}
+    raise TypeError(f"no Avro mapping for {tp!r}")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def _record(model: type[BaseModel], seen: set[str], namespace: str) -> Any:
+    name = f"{namespace}.{model.__name__}"
+    if name in seen:
+        return name
+    seen.add(name)
+    fields: list[dict[str, Any]] = []
+    for field_name, info in model.model_fields.items():
+        field: dict[str, Any] = {
+            "name": field_name,
+            "type": _avro_type(info.annotation, seen, namespace),
+        }
+        if not info.is_required():
+            field["default"] = _default(info.get_default(call_default_factory=True))
+        fields.append(field)
+    record: dict[str, Any] = {"type": "record", "name": name, "fields": fields}
+    if model.__doc__ and model.__module__.startswith("schemas."):
+        record["doc"] = " ".join(model.__doc__.split())
+    return record
+
+
+def avro_schema(event_type: type[Event]) -> AvroSchema:
+    """The Avro schema of an event type, as a JSON-ready dict."""
+    namespace = "engram.memory" if issubclass(event_type, DerivedEvent) else "engram.events"
+    schema: AvroSchema = _record(event_type, set(), namespace)
+    return schema
+
+
+def fingerprint(schema: AvroSchema) -> bytes:
+    """The 8-byte little-endian CRC-64-AVRO fingerprint of a schema's canonical form."""
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(schema))
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
+
+
+def avsc_name(event_type: type[Event]) -> str:
+    return f"{event_type.TYPE}.v{event_type.SCHEMA_VERSION}.avsc"
+
+
+def write_avsc(event_types: tuple[type[Event], ...], folder: Path = AVSC_DIR) -> list[Path]:
+    """(Re)write the current ``.avsc`` file of each type; older versions are kept."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for event_type in event_types:
+        path = folder / avsc_name(event_type)
+        path.write_text(json.dumps(avro_schema(event_type), indent=2, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
+class AvroType:
+    """One event type's current schema, parsed once: encode and resolve."""
+
+    def __init__(self, event_type: type[Event]) -> None:
+        self.event_type = event_type
+        self.schema = avro_schema(event_type)
+        self.parsed = fastavro.parse_schema(self.schema)
+        self.header = MAGIC + fingerprint(self.schema)
+
+    def encode(self, event: Event) -> bytes:
+        """Single-object encoding: ``C3 01``, fingerprint, binary body."""
+        buffer = io.BytesIO()
+        buffer.write(self.header)
+        fastavro.schemaless_writer(buffer, self.parsed, event.model_dump())
+        return buffer.getvalue()
+
+
+class WriterSchema:
+    """A schema some writer used (current or older), resolved to the current reader."""
+
+    def __init__(self, schema: AvroSchema, reader: AvroType, *, same: bool = False) -> None:
+        self.parsed = reader.parsed if same else fastavro.parse_schema(schema)
+        self.reader = reader
+
+    def read(self, body: bytes) -> dict[str, Any]:
+        reader = None if self.parsed is self.reader.parsed else self.reader.parsed
+        record = fastavro.schemaless_reader(io.BytesIO(body), self.parsed, reader)
+        if not isinstance(record, dict):
+            raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
+        return record
+
+
+def load_writer_schemas(
+    current: dict[str, AvroType], folder: Path = AVSC_DIR
+) -> dict[bytes, WriterSchema]:
+    """Every ``.avsc`` in ``folder`` (and every current schema) keyed by fingerprint."""
+    writers: dict[bytes, WriterSchema] = {}
+    for path in sorted(folder.glob("*.avsc")):
+        type_name = path.name.rsplit(".v", 1)[0]
+        if type_name not in current:
+            continue
+        schema = json.loads(path.read_text())
+        writers[fingerprint(schema)] = WriterSchema(schema, current[type_name])
+    for avro_type in current.values():
+        writers[avro_type.header[2:]] = WriterSchema(avro_type.schema, avro_type, same=True)
+    return writers

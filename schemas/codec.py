@@ -1,0 +1,143 @@
+"""Bytes to events and back: Avro single-object encoding and the JSON wire format.
+
+Contract of :meth:`Codec.decode`: it returns a valid, typed event or raises
+:class:`BadEvent` whose ``reason`` names what is wrong — empty or oversize
+bytes, a truncated header, an unknown fingerprint, a malformed body, malformed
+JSON, a missing or wrongly typed field, an unknown type. It never raises
+anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from schemas.avro import AVSC_DIR, MAGIC, AvroType, WriterSchema, load_writer_schemas
+from schemas.base import Event
+from schemas.derived import DERIVED_TYPES
+from schemas.errors import BadEvent
+from schemas.raw import RAW_TYPES
+
+DEFAULT_MAX_BYTES = 256 * 1024
+ALL_TYPES: tuple[type[Event], ...] = RAW_TYPES + DERIVED_TYPES
+TYPES_BY_NAME: dict[str, type[Event]] = {t.TYPE: t for t in ALL_TYPES}
+RAW_TYPE_NAMES = frozenset(t.TYPE for t in RAW_TYPES)
+
+
+def describe(error: ValidationError) -> str:
+    """One line per problem: ``body.content: Field required``."""
+    parts = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "event"
+        parts.append(f"{where}: {item['msg']}")
+    return "; ".join(parts)
+
+
+class Codec:
+    """Encodes and decodes every event type; one instance per process is enough.
+
+    ``max_bytes`` bounds the size of one encoded event (default 256 KiB,
+    ``ENGRAM_MAX_EVENT_BYTES``); ``accept`` limits the types ``decode`` lets through
+    (the raw types on ``engram.events``, every type by default); ``avsc_dir`` is the
+    folder of writer schemas resolved by fingerprint (``schemas/avsc/`` by default).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        accept: frozenset[str] | None = None,
+        avsc_dir: Path | None = None,
+    ) -> None:
+        self.max_bytes = max_bytes
+        self.accept = accept if accept is not None else frozenset(TYPES_BY_NAME)
+        self.avro: dict[str, AvroType] = {name: AvroType(t) for name, t in TYPES_BY_NAME.items()}
+        self.writers: dict[bytes, WriterSchema] = load_writer_schemas(
+            self.avro, avsc_dir if avsc_dir is not None else AVSC_DIR
+        )
+
+    # -- encoding ---------------------------------------------------------
+    def encode(self, event: Event) -> bytes:
+        """Avro single-object bytes of ``event``; raises BadEvent if over the size limit."""
+        data = self.avro[event.type].encode(event)
+        self._check_size(data)
+        return data
+
+    def encode_json(self, event: Event) -> bytes:
+        """The JSON wire format: envelope at top level, typed ``body`` object."""
+        return event.model_dump_json().encode()
+
+    # -- decoding ---------------------------------------------------------
+    def decode(self, raw: bytes) -> Event:
+        """A typed event from Avro single-object or JSON bytes, or BadEvent."""
+        try:
+            self._check_size(raw)
+            if raw[:2] == MAGIC:
+                return self._decode_avro(raw)
+            if raw.lstrip()[:1] == b"{":
+                return self.from_json_object(self._load_json(raw))
+            raise BadEvent(
+                "not an engram event: neither Avro single-object encoding (C3 01) nor a JSON object"
+            )
+        except BadEvent as bad:
+            raise BadEvent(bad.reason, raw) from None
+
+    def from_json_object(self, obj: Any) -> Event:
+        """Validate one JSON-decoded object as an event (the HTTP API's entry point)."""
+        if not isinstance(obj, dict):
+            raise BadEvent(f"an event must be a JSON object, got {type(obj).__name__}")
+        type_name = obj.get("type")
+        if type_name is None:
+            raise BadEvent("type: Field required")
+        event_type = self._type(type_name)
+        try:
+            return event_type.model_validate(obj)
+        except ValidationError as error:
+            raise BadEvent(f"invalid {type_name}: {describe(error)}") from None
+
+    def _type(self, type_name: object) -> type[Event]:
+        if not isinstance(type_name, str):
+            raise BadEvent(f"type: expected a string, got {type(type_name).__name__}")
+        if type_name not in self.accept:
+            known = ", ".join(sorted(self.accept))
+            raise BadEvent(f"unknown event type {type_name!r} (known: {known})")
+        return TYPES_BY_NAME[type_name]
+
+    def _check_size(self, raw: bytes) -> None:
+        if not raw:
+            raise BadEvent("empty message")
+        if len(raw) > self.max_bytes:
+            raise BadEvent(
+                f"event is {len(raw)} bytes, over the limit of {self.max_bytes} bytes "
+                "(ENGRAM_MAX_EVENT_BYTES)"
+            )
+
+    @staticmethod
+    def _load_json(raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise BadEvent(f"malformed JSON: {error}") from None
+        except RecursionError:
+            raise BadEvent("malformed JSON: nested too deeply") from None
+
+    def _decode_avro(self, raw: bytes) -> Event:
+        if len(raw) < 10:
+            raise BadEvent(f"truncated Avro header: {len(raw)} bytes, need at least 10")
+        writer = self.writers.get(raw[2:10])
+        if writer is None:
+            raise BadEvent(f"unknown Avro schema fingerprint {raw[2:10].hex()}")
+        event_type = writer.reader.event_type
+        if event_type.TYPE not in self.accept:
+            raise BadEvent(f"event type {event_type.TYPE!r} is not accepted here")
+        try:
+            record = writer.read(raw[10:])
+        except Exception as error:  # fastavro raises many types on bad bytes
+            raise BadEvent(f"malformed Avro body for {event_type.TYPE}: {error!r}") from None
+        try:
+            return event_type.model_validate(record)
+        except ValidationError as error:
+            raise BadEvent(f"invalid {event_type.TYPE}: {describe(error)}") from None

@@ -1,0 +1,166 @@
+"""Derived event types on ``engram.memory``: every change of a memory item."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from schemas.base import INT64_MAX, DerivedEvent, Importance, Model, Signed, Unit, UtcMillis
+
+Layer = Literal["L1", "L2", "L3"]
+
+
+class MemoryCreatedBody(Model):
+    memory_id: str
+    layer: Layer
+    kind: Literal["turn", "episode", "semantic", "core", "fact"]
+    text: str
+    importance: Importance
+    sentiment: Signed
+    confidence: Unit
+    entities: list[str] = []
+    sources: list[str] = []
+    strength: Annotated[float, Field(gt=0)]
+
+
+class MemoryCreated(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.created"
+    type: Literal["memory.created"] = "memory.created"
+    body: MemoryCreatedBody
+
+
+class StrengthChangeBody(Model):
+    memory_id: str
+    strength: Annotated[float, Field(gt=0)]
+    reinforcements: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    reason: str
+    invalidated: bool = False
+
+
+class MemoryReinforced(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.reinforced"
+    type: Literal["memory.reinforced"] = "memory.reinforced"
+    body: StrengthChangeBody
+
+
+class MemoryWeakened(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.weakened"
+    type: Literal["memory.weakened"] = "memory.weakened"
+    body: StrengthChangeBody
+
+
+class PromotedBody(Model):
+    memory_id: str
+    from_layer: Layer
+    to_layer: Layer
+    reason: Literal["flashbulb", "abstraction"]
+    sources: list[str] = []
+
+
+class MemoryPromoted(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.promoted"
+    type: Literal["memory.promoted"] = "memory.promoted"
+    body: PromotedBody
+
+
+class ForgottenBody(Model):
+    memory_id: str
+    retention: Unit
+
+
+class MemoryForgotten(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.forgotten"
+    type: Literal["memory.forgotten"] = "memory.forgotten"
+    body: ForgottenBody
+
+
+class EpisodeBody(Model):
+    episode_id: str
+    summary: str
+    importance: Importance
+    sentiment: Signed
+    confidence: Unit
+    entities: list[str] = []
+    turn_count: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    started_at: UtcMillis
+    ended_at: UtcMillis
+    previous_episode_id: str | None = None
+    cut: Literal["session_ended", "idle_gap", "turn_count"]
+    sources: list[str] = []
+    summariser: str
+
+
+class EpisodeClosed(DerivedEvent):
+    TYPE: ClassVar[str] = "episode.closed"
+    type: Literal["episode.closed"] = "episode.closed"
+    body: EpisodeBody
+
+
+class FactSetBody(Model):
+    """A fact's value from ``valid_from``; ``value`` is None for a retraction."""
+
+    namespace: str
+    key: str
+    value: str | None = None
+    valid_from: UtcMillis
+    previous_value: str | None = None
+
+
+class FactSet(DerivedEvent):
+    TYPE: ClassVar[str] = "fact.set"
+    type: Literal["fact.set"] = "fact.set"
+    body: FactSetBody
+
+
+class Turn(Model):
+    """One entry of working memory; an offloaded tool result keeps a summary here and
+    its full text in history, found by ``event_id``."""
+
+    event_id: str
+    role: str
+    content: str
+    occurred_at: UtcMillis
+    offloaded: bool = False
+
+
+class WorkingBody(Model):
+    turns: list[Turn]
+    tokens: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    task: str | None = None
+    variables: dict[str, str] = {}
+    dropped: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    cleared: bool = False
+
+
+class WorkingUpdated(DerivedEvent):
+    TYPE: ClassVar[str] = "working.updated"
+    type: Literal["working.updated"] = "working.updated"
+    body: WorkingBody
+
+
+class EmbeddedBody(Model):
+    memory_id: str
+    model: str
+    model_version: str
+    dims: Annotated[int, Field(gt=0, le=INT64_MAX)]
+    vector: list[float]
+
+
+class MemoryEmbedded(DerivedEvent):
+    TYPE: ClassVar[str] = "memory.embedded"
+    type: Literal["memory.embedded"] = "memory.embedded"
+    body: EmbeddedBody
+
+
+DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
+    MemoryCreated,
+    MemoryReinforced,
+    MemoryWeakened,
+    MemoryPromoted,
+    MemoryForgotten,
+    EpisodeClosed,
+    FactSet,
+    WorkingUpdated,
+    MemoryEmbedded,
+)

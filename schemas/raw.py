@@ -1,0 +1,184 @@
+"""Raw event types on ``engram.events``: what agents, tools and the ticker publish."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from schemas.base import INT64_MAX, Event, Ident, Importance, Model, Signed, Unit, UtcMillis
+
+Text = Annotated[str, Field(max_length=1_000_000)]
+Role = Literal["user", "assistant", "system", "tool"]
+
+
+class InteractionBody(Model):
+    """One conversation turn; importance / sentiment / confidence, when given, win
+    over the pipeline's own estimates."""
+
+    role: Role
+    content: Text
+    intent: str | None = None
+    entities: list[str] = []
+    importance: Importance | None = None
+    sentiment: Signed | None = None
+    confidence: Unit | None = None
+
+
+class InteractionRecorded(Event):
+    TYPE: ClassVar[str] = "interaction.recorded"
+    type: Literal["interaction.recorded"] = "interaction.recorded"
+    body: InteractionBody
+
+
+class ToolCallBody(Model):
+    call_id: Ident
+    tool: Ident
+    arguments: Text = "{}"
+
+
+class ToolCalled(Event):
+    TYPE: ClassVar[str] = "tool.called"
+    type: Literal["tool.called"] = "tool.called"
+    body: ToolCallBody
+
+
+class ToolResultBody(Model):
+    """A tool's answer; a large ``content`` is kept in history and summarised in
+    working memory."""
+
+    call_id: Ident
+    tool: Ident
+    ok: bool = True
+    content: Text = ""
+
+
+class ToolResult(Event):
+    TYPE: ClassVar[str] = "tool.result"
+    type: Literal["tool.result"] = "tool.result"
+    body: ToolResultBody
+
+
+class SessionStartedBody(Model):
+    task: str | None = None
+
+
+class SessionStarted(Event):
+    TYPE: ClassVar[str] = "session.started"
+    type: Literal["session.started"] = "session.started"
+    body: SessionStartedBody = SessionStartedBody()
+
+
+class SessionEndedBody(Model):
+    reason: str | None = None
+
+
+class SessionEnded(Event):
+    TYPE: ClassVar[str] = "session.ended"
+    type: Literal["session.ended"] = "session.ended"
+    body: SessionEndedBody = SessionEndedBody()
+
+
+class FactAssertedBody(Model):
+    namespace: Ident
+    key: Ident
+    value: Text
+    confidence: Unit | None = None
+
+
+class FactAsserted(Event):
+    TYPE: ClassVar[str] = "fact.asserted"
+    type: Literal["fact.asserted"] = "fact.asserted"
+    body: FactAssertedBody
+
+
+class FactRetractedBody(Model):
+    namespace: Ident
+    key: Ident
+    reason: str | None = None
+
+
+class FactRetracted(Event):
+    TYPE: ClassVar[str] = "fact.retracted"
+    type: Literal["fact.retracted"] = "fact.retracted"
+    body: FactRetractedBody
+
+
+class PersonaBody(Model):
+    """Fields left out keep their previous value; ``preferences`` merge by key."""
+
+    name: str | None = None
+    description: str | None = None
+    style: str | None = None
+    preferences: dict[str, str] = {}
+
+
+class PersonaUpdated(Event):
+    TYPE: ClassVar[str] = "persona.updated"
+    type: Literal["persona.updated"] = "persona.updated"
+    body: PersonaBody
+
+
+class RecalledBody(Model):
+    query: Text
+    memory_ids: list[str]
+    scores: list[float]
+
+
+class MemoryRecalled(Event):
+    TYPE: ClassVar[str] = "memory.recalled"
+    type: Literal["memory.recalled"] = "memory.recalled"
+    body: RecalledBody
+
+
+class FeedbackBody(Model):
+    memory_id: str
+    useful: bool
+    correction: str | None = None
+
+
+class FeedbackGiven(Event):
+    TYPE: ClassVar[str] = "feedback.given"
+    type: Literal["feedback.given"] = "feedback.given"
+    body: FeedbackBody
+
+
+class TickBody(Model):
+    """Written by the ticker to every partition; ``partition`` says which."""
+
+    partition: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    interval_s: Annotated[float, Field(gt=0)]
+
+
+class ClockTicked(Event):
+    TYPE: ClassVar[str] = "clock.tick"
+    type: Literal["clock.tick"] = "clock.tick"
+    body: TickBody
+
+
+class ErasureBody(Model):
+    subject: Ident
+    reason: str | None = None
+    requested_at: UtcMillis | None = None
+
+
+class SubjectErasureRequested(Event):
+    TYPE: ClassVar[str] = "subject.erasure_requested"
+    type: Literal["subject.erasure_requested"] = "subject.erasure_requested"
+    body: ErasureBody
+
+
+RAW_TYPES: tuple[type[Event], ...] = (
+    InteractionRecorded,
+    ToolCalled,
+    ToolResult,
+    SessionStarted,
+    SessionEnded,
+    FactAsserted,
+    FactRetracted,
+    PersonaUpdated,
+    MemoryRecalled,
+    FeedbackGiven,
+    ClockTicked,
+    SubjectErasureRequested,
+)

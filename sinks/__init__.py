@@ -1,0 +1,1 @@
+"""Projections: idempotent, batched writers and the read side, one per backend."""

@@ -1,0 +1,222 @@
+"""ClickHouse history: the raw log archive (``events``) and every memory change
+(``memory_changes``).
+
+Guarantees:
+- idempotent by table design: both tables are ReplacingMergeTree keyed by the
+  agent and its per-agent sequence (``memory_changes`` adds the change's index),
+  so re-delivering a batch changes nothing once merged (read with ``FINAL``);
+- durable when ``write`` returns (the insert has been acknowledged);
+- ordered per agent by ``seq``, which the processors assign in log order.
+
+The DDL is created and versioned by the sink itself (table ``engram_ddl``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from clickhouse_connect.driver.client import Client
+
+from schemas import DerivedEvent, Event
+
+T = TypeVar("T")
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            """CREATE TABLE IF NOT EXISTS events (
+                agent_id String,
+                seq UInt64,
+                event_id UUID,
+                type LowCardinality(String),
+                session_id Nullable(String),
+                user_id Nullable(String),
+                occurred_at DateTime64(3, 'UTC'),
+                schema_version UInt16,
+                body String,
+                payload String
+            ) ENGINE = ReplacingMergeTree(seq)
+            PARTITION BY toYYYYMM(occurred_at)
+            ORDER BY (agent_id, seq)""",
+            """CREATE TABLE IF NOT EXISTS memory_changes (
+                agent_id String,
+                seq UInt64,
+                idx UInt16,
+                event_id UUID,
+                type LowCardinality(String),
+                source_event_id UUID,
+                session_id Nullable(String),
+                user_id Nullable(String),
+                occurred_at DateTime64(3, 'UTC'),
+                config_version LowCardinality(String),
+                memory_id String,
+                body String
+            ) ENGINE = ReplacingMergeTree(seq)
+            PARTITION BY toYYYYMM(occurred_at)
+            ORDER BY (agent_id, seq, idx)""",
+        ),
+    ),
+)
+
+EVENT_COLUMNS = (
+    "agent_id",
+    "seq",
+    "event_id",
+    "type",
+    "session_id",
+    "user_id",
+    "occurred_at",
+    "schema_version",
+    "body",
+    "payload",
+)
+CHANGE_COLUMNS = (
+    "agent_id",
+    "seq",
+    "idx",
+    "event_id",
+    "type",
+    "source_event_id",
+    "session_id",
+    "user_id",
+    "occurred_at",
+    "config_version",
+    "memory_id",
+    "body",
+)
+
+
+@dataclass(frozen=True)
+class ArchivedEvent:
+    """One row of the raw log archive, as needed to restore the log."""
+
+    agent_id: str
+    seq: int
+    payload: bytes
+    occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class SequencedEvent:
+    """A raw event with the per-agent sequence the processors gave it and its
+    canonical Avro bytes (what a restore publishes again)."""
+
+    event: Event
+    seq: int
+    payload: bytes
+
+
+def event_row(item: SequencedEvent) -> list[Any]:
+    e = item.event
+    body = getattr(e, "body", None)
+    return [
+        e.agent_id,
+        item.seq,
+        e.event_id,
+        e.type,
+        e.session_id,
+        e.user_id,
+        e.occurred_at,
+        e.schema_version,
+        body.model_dump_json() if body is not None else "{}",
+        item.payload,
+    ]
+
+
+def change_row(e: DerivedEvent) -> list[Any]:
+    body = getattr(e, "body", None)
+    memory_id = getattr(body, "memory_id", "") if body is not None else ""
+    return [
+        e.agent_id,
+        e.seq,
+        e.idx,
+        e.event_id,
+        e.type,
+        e.source_event_id,
+        e.session_id,
+        e.user_id,
+        e.occurred_at,
+        e.config_version,
+        memory_id,
+        body.model_dump_json() if body is not None else "{}",
+    ]
+
+
+class ClickHouseHistory:
+    """Writer and reader of the history tables over any clickhouse-connect client
+    (chdb embedded or a server). Calls run on ``executor`` when given (chdb wants
+    one thread), else on the default executor."""
+
+    def __init__(self, client: Client, executor: Executor | None = None) -> None:
+        self.client = client
+        self.executor = executor
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    # -- DDL --------------------------------------------------------------
+    def ensure_schema(self) -> int:
+        """Apply every migration not yet applied; return the schema version."""
+        self.client.command(
+            "CREATE TABLE IF NOT EXISTS engram_ddl"
+            " (version UInt32, applied_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY version"
+        )
+        rows = self.client.query("SELECT max(version) FROM engram_ddl").result_rows
+        current = int(rows[0][0]) if rows else 0
+        for version, statements in MIGRATIONS:
+            if version <= current:
+                continue
+            for statement in statements:
+                self.client.command(statement)
+            self.client.insert(
+                "engram_ddl", [[version, datetime.now(UTC)]], column_names=["version", "applied_at"]
+            )
+            current = version
+        return current
+
+    # -- writes -----------------------------------------------------------
+    async def write(
+        self, events: Sequence[SequencedEvent], changes: Sequence[DerivedEvent]
+    ) -> None:
+        """Insert a batch; returns once ClickHouse has acknowledged it."""
+        await self._run(lambda: self.write_sync(events, changes))
+
+    def write_sync(self, events: Sequence[SequencedEvent], changes: Sequence[DerivedEvent]) -> None:
+        if events:
+            self.client.insert("events", [event_row(e) for e in events], column_names=EVENT_COLUMNS)
+        if changes:
+            self.client.insert(
+                "memory_changes", [change_row(c) for c in changes], column_names=CHANGE_COLUMNS
+            )
+
+    # -- reads ------------------------------------------------------------
+    def count_events(self) -> int:
+        return int(self.client.query("SELECT count() FROM events FINAL").result_rows[0][0])
+
+    def archive(self, page: int = 10_000) -> Iterator[ArchivedEvent]:
+        """The archived raw log, per agent in sequence order, read in pages."""
+        after_agent, after_seq = "", -1
+        while True:
+            result = self.client.query(
+                "SELECT agent_id, seq, payload, occurred_at FROM events FINAL"
+                " WHERE (agent_id, seq) > ({a:String}, {s:Int64})"
+                " ORDER BY agent_id, seq LIMIT {n:UInt32}",
+                parameters={"a": after_agent, "s": after_seq, "n": page},
+                column_formats={"payload": "bytes"},
+            )
+            rows = result.result_rows
+            for agent_id, seq, payload, occurred_at in rows:
+                yield ArchivedEvent(agent_id, int(seq), payload, _aware(occurred_at))
+            if len(rows) < page:
+                return
+            after_agent, after_seq = rows[-1][0], int(rows[-1][1])
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -1,0 +1,1 @@
+"""The faust wiring of engram: topics, agents, tables; processors do the deciding."""

@@ -1,0 +1,33 @@
+"""Retry in place: an infrastructure error stalls the line (lag shows it); it never
+skips a batch."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+log = logging.getLogger("engram.streams")
+
+
+async def retry_in_place(
+    action: Callable[[], Awaitable[T]], *, what: str, first: float = 0.1, cap: float = 5.0
+) -> T:
+    """Run ``action`` until it succeeds, backing off exponentially up to ``cap`` seconds.
+
+    Cancellation (worker shutdown) propagates; every other error is logged and retried.
+    """
+    delay = first
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await action()
+        except Exception as error:
+            log.warning(
+                "%s failed (attempt %d), retrying in %.1fs: %r", what, attempt, delay, error
+            )
+            await asyncio.sleep(delay)
+            delay = min(cap, delay * 2)

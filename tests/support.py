@@ -1,0 +1,112 @@
+"""Helpers shared by the integration and end-to-end tests: a real ``engram up``
+in a subprocess, queried through its ClickHouse-compatible HTTP endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import clickhouse_connect
+import httpx
+
+from ops.net import free_port
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def engram_env(home: Path, **extra: str) -> dict[str, str]:
+    """Environment for an engram subprocess with its own home and a free HTTP port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    env.update({"ENGRAM_HOME": str(home), "ENGRAM_HTTP": f"127.0.0.1:{free_port()}"})
+    env.update(extra)
+    return env
+
+
+def engram_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "engram", *args]
+
+
+def wait_until(check: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Stack:
+    """A running ``engram up``: its home, process and what it wrote to up.json."""
+
+    home: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes]
+    up: dict[str, Any]
+
+    @property
+    def http(self) -> str:
+        return str(self.up["http"])
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.up["kafka_bootstrap"])
+
+    def rows(self, query: str, **parameters: Any) -> list[tuple[Any, ...]]:
+        url = httpx.URL(self.http)
+        client = clickhouse_connect.get_client(host=url.host, port=url.port, interface="http")
+        try:
+            return [tuple(r) for r in client.query(query, parameters=parameters).result_rows]
+        finally:
+            client.close()
+
+    def scalar(self, query: str, **parameters: Any) -> Any:
+        return self.rows(query, **parameters)[0][0]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_stack(home: Path, timeout: float = 90.0, **extra_env: str) -> Stack:
+    """Start ``engram up`` and wait until up.json exists and the API answers."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = engram_env(home, **extra_env)
+    log = (home / "up.log").open("ab")
+    process = subprocess.Popen(
+        engram_cmd("up"), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+    )
+
+    def ready() -> dict[str, Any] | None:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"engram up exited with {process.returncode}:\n"
+                + (home / "up.log").read_text(errors="replace")[-3000:]
+            )
+        try:
+            up: dict[str, Any] = json.loads((home / "up.json").read_text())
+            httpx.get(f"{up['http']}/v1/health", timeout=2).raise_for_status()
+        except (OSError, ValueError, httpx.HTTPError):
+            return None
+        return up
+
+    up = wait_until(ready, timeout, "engram up to answer")
+    return Stack(home, env, process, up)

@@ -1,0 +1,279 @@
+"""L1 working memory: the last turns of each open session, folded from the log."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import count
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from processors import AgentMemory, MemoryConfig
+from processors.working import WorkingMemory, estimate_tokens
+from schemas import (
+    ClockTicked,
+    DerivedEvent,
+    Event,
+    FactAsserted,
+    InteractionRecorded,
+    SessionEnded,
+    SessionStarted,
+    ToolCalled,
+    ToolResult,
+    WorkingBody,
+    WorkingUpdated,
+)
+
+AGENT = "agent-wm"
+T0 = datetime(2024, 6, 1, 8, 0, tzinfo=UTC)
+
+
+class Log:
+    """Builds one agent's events with fresh ids and increasing times."""
+
+    def __init__(self) -> None:
+        self.n = count(1)
+
+    def _env(self, session: str | None) -> dict[str, Any]:
+        i = next(self.n)
+        return {
+            "event_id": UUID(int=i),
+            "agent_id": AGENT,
+            "session_id": session,
+            "user_id": "u-1",
+            "occurred_at": T0 + timedelta(seconds=i),
+        }
+
+    def start(self, session: str, task: str | None = None) -> SessionStarted:
+        return SessionStarted(**self._env(session), body={"task": task})
+
+    def end(self, session: str) -> SessionEnded:
+        return SessionEnded(**self._env(session), body={"reason": "done"})
+
+    def say(self, session: str | None, text: str, role: str = "user") -> InteractionRecorded:
+        return InteractionRecorded(**self._env(session), body={"role": role, "content": text})
+
+    def call(self, session: str, tool: str, arguments: str) -> ToolCalled:
+        body = {"call_id": f"c{tool}", "tool": tool, "arguments": arguments}
+        return ToolCalled(**self._env(session), body=body)
+
+    def result(self, session: str, tool: str, content: str) -> ToolResult:
+        body = {"call_id": f"c{tool}", "tool": tool, "content": content}
+        return ToolResult(**self._env(session), body=body)
+
+    def fact(self, session: str | None) -> FactAsserted:
+        body = {"namespace": "prefs", "key": "drink", "value": "绿茶"}
+        return FactAsserted(**self._env(session), body=body)
+
+    def tick(self) -> ClockTicked:
+        return ClockTicked(**self._env(None), body={"partition": 0, "interval_s": 60.0})
+
+
+def fold(
+    events: list[Event], config: MemoryConfig | None = None
+) -> tuple[AgentMemory, list[DerivedEvent]]:
+    memory = AgentMemory.empty(AGENT, config or MemoryConfig())
+    out: list[DerivedEvent] = []
+    for event in events:
+        out.extend(memory.apply(event).derived)
+    return memory, out
+
+
+def bodies(derived: list[DerivedEvent]) -> list[WorkingBody]:
+    assert all(isinstance(d, WorkingUpdated) for d in derived)
+    return [d.body for d in derived if isinstance(d, WorkingUpdated)]
+
+
+def contents(body: WorkingBody) -> list[str]:
+    return [t.content for t in body.turns]
+
+
+def test_keeps_the_last_working_turns_and_counts_dropped() -> None:
+    log = Log()
+    events = [log.start("s", "写周报"), *(log.say("s", f"turn {i}") for i in range(7))]
+    memory, derived = fold(events, MemoryConfig(working_turns=3))
+    seen = bodies(derived)
+    assert len(seen) == 8
+    assert [len(b.turns) for b in seen] == [0, 1, 2, 3, 3, 3, 3, 3]
+    assert [b.dropped for b in seen] == [0, 0, 0, 0, 1, 2, 3, 4]
+    assert contents(seen[-1]) == ["turn 4", "turn 5", "turn 6"]
+    (state,) = memory.state().sessions
+    assert (state.dropped, [t.content for t in state.turns]) == (4, ["turn 4", "turn 5", "turn 6"])
+
+
+def test_default_limit_is_the_config_value() -> None:
+    log = Log()
+    limit = MemoryConfig().working_turns
+    _, derived = fold([log.say("s", str(i)) for i in range(limit + 5)])
+    last = bodies(derived)[-1]
+    assert len(last.turns) == limit
+    assert last.dropped == 5
+    assert contents(last)[0] == "5"
+
+
+def test_turn_records_its_source() -> None:
+    log = Log()
+    event = log.say("s", "记住：我对花生过敏", role="user")
+    _, derived = fold([event])
+    (update,) = derived
+    (turn,) = bodies(derived)[0].turns
+    assert (turn.event_id, turn.role, turn.occurred_at) == (
+        str(event.event_id),
+        "user",
+        event.occurred_at,
+    )
+    assert turn.offloaded is False
+    assert (update.agent_id, update.session_id, update.user_id) == (AGENT, "s", "u-1")
+    assert update.occurred_at == event.occurred_at
+    assert update.source_event_id == event.event_id
+
+
+def test_task_is_set_at_session_started_and_kept() -> None:
+    log = Log()
+    _, derived = fold([log.start("s", "订机票"), log.say("s", "去上海"), log.say("s", "周五")])
+    seen = bodies(derived)
+    assert seen[0].task == "订机票"
+    assert seen[0].turns == []
+    assert [b.task for b in seen] == ["订机票"] * 3
+
+
+def test_restart_replaces_the_task_and_keeps_turns() -> None:
+    log = Log()
+    _, derived = fold([log.start("s", "a"), log.say("s", "x"), log.start("s", "b")])
+    last = bodies(derived)[-1]
+    assert (last.task, contents(last)) == ("b", ["x"])
+
+
+def test_session_ended_clears() -> None:
+    log = Log()
+    events = [log.start("s", "task"), log.say("s", "hi"), log.say("other", "keep me"), log.end("s")]
+    memory, derived = fold(events, MemoryConfig(working_turns=1))
+    cleared = derived[-1]
+    assert isinstance(cleared, WorkingUpdated)
+    assert cleared.session_id == "s"
+    assert cleared.body == WorkingBody(turns=[], tokens=0, task=None, dropped=0, cleared=True)
+    assert [s.session_id for s in memory.state().sessions] == ["other"]
+    assert not any(b.cleared for b in bodies(derived[:-1]))
+
+
+def test_a_session_after_its_end_starts_fresh() -> None:
+    log = Log()
+    events = [log.say("s", "1"), log.say("s", "2"), log.end("s"), log.say("s", "3")]
+    _, derived = fold(events, MemoryConfig(working_turns=1))
+    last = bodies(derived)[-1]
+    assert (contents(last), last.dropped, last.cleared) == (["3"], 0, False)
+
+
+def test_ending_an_unknown_session_does_nothing() -> None:
+    log = Log()
+    memory, derived = fold([log.say("s", "x"), log.end("never-opened")])
+    assert len(derived) == 1
+    assert [s.session_id for s in memory.state().sessions] == ["s"]
+
+
+def test_sessions_are_independent() -> None:
+    log = Log()
+    events = [
+        log.start("a", "task A"),
+        log.start("b", "任务 B"),
+        log.say("a", "a1"),
+        log.say("b", "b1"),
+        log.say("a", "a2"),
+        log.say("a", "a3"),
+        log.say("b", "b2"),
+    ]
+    _, derived = fold(events, MemoryConfig(working_turns=2))
+    by_session: dict[str | None, list[WorkingBody]] = {}
+    for d in derived:
+        assert isinstance(d, WorkingUpdated)
+        by_session.setdefault(d.session_id, []).append(d.body)
+    a, b = by_session["a"][-1], by_session["b"][-1]
+    assert (contents(a), a.task, a.dropped) == (["a2", "a3"], "task A", 1)
+    assert (contents(b), b.task, b.dropped) == (["b1", "b2"], "任务 B", 0)
+
+
+def test_events_without_session_produce_no_working_update() -> None:
+    log = Log()
+    events = [log.say(None, "no session"), log.tick(), log.fact(None)]
+    memory = AgentMemory.empty(AGENT, MemoryConfig())
+    steps = [memory.apply(e) for e in events]
+    assert [s.seq for s in steps] == [0, 1, 2]  # still folded, in sequence
+    assert all(s.derived == () for s in steps)
+    assert memory.state().sessions == []
+
+
+def test_non_turn_events_with_a_session_touch_nothing() -> None:
+    """A fact with a session id neither updates nor opens that session's working memory."""
+    log = Log()
+    memory, derived = fold([log.fact("s")])
+    assert derived == []
+    assert memory.state().sessions == []
+    memory, derived = fold([log.fact("late"), log.end("late")])
+    assert derived == [], "a session nobody opened must not be 'cleared'"
+
+
+def test_tool_events_are_turns() -> None:
+    log = Log()
+    events = [
+        log.say("s", "查一下天气", role="user"),
+        log.call("s", "weather", '{"city": "上海"}'),
+        log.result("s", "weather", "晴，25°C"),
+        log.say("s", "上海今天晴。", role="assistant"),
+    ]
+    _, derived = fold(events)
+    last = bodies(derived)[-1]
+    assert [(t.role, t.content) for t in last.turns] == [
+        ("user", "查一下天气"),
+        ("tool_call", 'weather({"city": "上海"})'),
+        ("tool", "晴，25°C"),
+        ("assistant", "上海今天晴。"),
+    ]
+    assert [t.event_id for t in last.turns] == [str(e.event_id) for e in events]
+
+
+def test_tokens_sum_the_estimates_of_the_kept_turns() -> None:
+    log = Log()
+    texts = ["你好世界", "hello world", "混合 mixed text 文本"]
+    _, derived = fold([log.say("s", t) for t in texts], MemoryConfig(working_turns=2))
+    seen = bodies(derived)
+    assert seen[0].tokens == 4
+    assert seen[-1].tokens == estimate_tokens(texts[1]) + estimate_tokens(texts[2])
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("", 0),
+        ("abcd", 1),
+        ("abcde", 2),
+        ("hello world", 3),
+        ("你好世界", 4),
+        ("记忆是持久的", 6),
+        ("こんにちは", 5),
+        ("안녕하세요", 5),
+        ("你好 hello", 2 + 2),
+        ("，。、", 3),
+    ],
+)
+def test_estimate_tokens(text: str, tokens: int) -> None:
+    assert estimate_tokens(text) == tokens
+
+
+def test_cjk_counts_one_token_per_character() -> None:
+    zh = "人工智能的记忆系统" * 10
+    assert estimate_tokens(zh) == len(zh)
+    assert estimate_tokens("a" * 40) == 10
+    assert estimate_tokens(zh + "a" * 40) == len(zh) + 10
+
+
+def test_working_memory_state_round_trips() -> None:
+    log = Log()
+    working = WorkingMemory([], limit=2)
+    for event in [log.start("s", "t"), log.say("s", "1"), log.say("s", "2"), log.say("s", "3")]:
+        last = working.apply(event)
+    restored = WorkingMemory(working.state(), limit=2)
+    assert restored.state() == working.state()
+    nxt = log.say("s", "4")
+    assert restored.apply(nxt) == working.apply(nxt)
+    assert last is not None and last.dropped == 1
