@@ -106,13 +106,13 @@ def script_events(script: Script) -> list[Event]:
     for number, (task, turns) in enumerate(script.sessions):
         session = f"{script.agent_id}-s{number + 1}"
         steps: list[tuple[str, dict[str, object], object]] = [
-            ("session.started", {"task": task}, "start"),
-            *(
-                ("interaction.recorded", {"role": role, "content": content}, index)
-                for index, (role, content) in enumerate(turns)
-            ),
-            ("session.ended", {"reason": "done"}, "end"),
+            ("session.started", {"task": task}, "start")
         ]
+        steps += [
+            ("interaction.recorded", {"role": role, "content": content}, index)
+            for index, (role, content) in enumerate(turns)
+        ]
+        steps.append(("session.ended", {"reason": "done"}, "end"))
         for kind, body, step in steps:
             events.append(
                 make_event(

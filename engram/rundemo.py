@@ -4,7 +4,6 @@ and their working-memory changes, print a table per agent."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -106,27 +105,29 @@ def wait_for_history(url: str, ids: list[str], timeout: float) -> None:
 
 
 SUMMARY = """
-SELECT e.agent_id, e.events, e.sessions, e.users, w.body
+SELECT e.agent_id, e.events, e.sessions, e.users, w.last_turns
 FROM (
     SELECT agent_id, count() AS events, uniqExact(session_id) AS sessions,
            groupUniqArray(user_id) AS users
     FROM events FINAL GROUP BY agent_id
 ) AS e
 LEFT JOIN (
-    SELECT agent_id, argMax(body, (seq, idx)) AS body
-    FROM memory_changes FINAL
-    WHERE type = 'working.updated' AND JSONExtractBool(body, 'cleared') = 0
+    SELECT agent_id,
+           arrayStringConcat(arrayMap(x -> x.2,
+               arrayReverse(arraySlice(arrayReverseSort(x -> x.1, groupArray((seq, line))), 1, 2))
+           ), '\n') AS last_turns
+    FROM (
+        SELECT agent_id, seq,
+               concat(JSONExtractString(turn, 'role'), ': ', JSONExtractString(turn, 'content'))
+                   AS line
+        FROM memory_changes FINAL
+        ARRAY JOIN JSONExtractArrayRaw(body, 'added') AS turn
+        WHERE type = 'working.updated'
+    )
     GROUP BY agent_id
 ) AS w USING agent_id
 ORDER BY e.agent_id
 """
-
-
-def last_turns(body: str | None, n: int = 2) -> str:
-    if not body:
-        return ""
-    turns = json.loads(body)["turns"][-n:]
-    return "\n".join(f"{t['role']}: {t['content']}" for t in turns)
 
 
 def summary_table(url: str) -> Table:
@@ -136,10 +137,10 @@ def summary_table(url: str) -> Table:
     finally:
         client.close()
     table = Table(title="engram demo: what ClickHouse holds per agent")
-    for column in ("agent", "events", "sessions", "users", "last working memory"):
+    for column in ("agent", "events", "sessions", "users", "last turns in working memory"):
         table.add_column(column)
-    for agent, events, sessions, users, body in rows:
-        table.add_row(agent, str(events), str(sessions), ", ".join(users), last_turns(body))
+    for agent, events, sessions, users, turns in rows:
+        table.add_row(agent, str(events), str(sessions), ", ".join(users), turns or "")
     return table
 
 

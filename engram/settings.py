@@ -45,6 +45,10 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _optional_float(env: Mapping[str, str], name: str) -> float | None:
+    return _float(env, name, 1.0) if env.get(name) else None
+
+
 def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
     raw = env.get(name) or default
     host, sep, port = raw.rpartition(":")
@@ -71,6 +75,8 @@ class Settings:
     max_event_bytes: int = DEFAULT_MAX_BYTES
     batch_size: int = 1000
     flush_interval_s: float = 0.2
+    session_timeout_s: float | None = None
+    rebalance_timeout_s: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -92,11 +98,21 @@ class Settings:
             max_event_bytes=_int(env, "ENGRAM_MAX_EVENT_BYTES", DEFAULT_MAX_BYTES, low=1024),
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
+            session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),
+            rebalance_timeout_s=_optional_float(env, "ENGRAM_REBALANCE_TIMEOUT_S"),
         )
 
     @property
     def embedded_broker(self) -> bool:
         return self.kafka_bootstrap is None
+
+    def group_timeouts(self) -> tuple[float | None, float | None]:
+        """(session, rebalance) timeouts of the worker's consumer group: the
+        ``ENGRAM_*`` values when set, else short ones for the embedded broker (whose
+        group join waits about half the session timeout) and faust's otherwise."""
+        if self.embedded_broker:
+            return self.session_timeout_s or 6.0, self.rebalance_timeout_s or 2.0
+        return self.session_timeout_s, self.rebalance_timeout_s
 
     @property
     def clickhouse_dsn(self) -> str:

@@ -381,11 +381,6 @@ def unescape_param(value: str) -> str | None:
         raise ValueError("a bind parameter's \\xHH bytes are not UTF-8 text") from None
 
 
-def _placeholders(sql: str) -> set[str]:
-    """Names used as ``{name:Type}`` server-side placeholders in ``sql``."""
-    return set(re.findall(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:", sql))
-
-
 # -- the gate -------------------------------------------------------------
 
 
@@ -450,11 +445,9 @@ class QueryGate:
         query = check_read_only(sql)
         out_fmt = check_format(query.fmt or fmt)
         merged = {**check_settings(settings or {}), **self._query_settings}
-        binds = _bind_values(query.text, params or {})
+        text = bind_placeholders(query.text, params) if params else query.text
         return await self._run(
-            lambda: self._reader.raw_query(
-                query.text, parameters=binds, settings=merged or None, fmt=out_fmt
-            )
+            lambda: self._reader.raw_query(text, settings=merged or None, fmt=out_fmt)
         )
 
     async def rows(
@@ -496,12 +489,58 @@ def _open_reader(client: Client) -> tuple[Client, dict[str, str], bool]:
     return client, ({} if already else {"readonly": "1"}), False
 
 
-def _bind_values(sql: str, params: Mapping[str, str]) -> dict[str, Any] | None:
-    """Unescaped values for the placeholders ``sql`` uses; None when it uses none.
+def bind_placeholders(sql: str, params: Mapping[str, str]) -> str:
+    """``sql`` with each ``{name:Type}`` placeholder replaced by its value.
 
-    Only used names are passed: clickhouse-connect would otherwise format a
-    placeholder-free query with Python ``%`` substitution.
+    ``params`` hold the values in the escaped text form of ClickHouse's
+    ``param_<name>`` URL parameters; each becomes ``CAST('<text>' AS Type)``, so
+    the engine parses the text as the server would (arrays, maps, UUIDs, dates),
+    or a quoted identifier for ``Identifier``. Placeholders inside string literals
+    are left alone. Raises ValueError for a placeholder without a value.
     """
-    used = _placeholders(sql)
-    binds = {name: unescape_param(value) for name, value in params.items() if name in used}
-    return binds or None
+    tokens = tokenize(sql)
+    out: list[str] = []
+    done = 0
+    index = 0
+    while index < len(tokens):
+        found = _placeholder_at(tokens, index)
+        if found is None:
+            index += 1
+            continue
+        name, type_start, close = found
+        if name not in params:
+            raise ValueError(f"query parameter {name!r} has no value (send param_{name})")
+        value = unescape_param(params[name])
+        type_text = sql[type_start : tokens[close].start].strip()
+        out += [sql[done : tokens[index].start], _literal(value, type_text)]
+        done = tokens[close].end
+        index = close + 1
+    return "".join(out) + sql[done:]
+
+
+def _placeholder_at(tokens: list[Token], index: int) -> tuple[str, int, int] | None:
+    """(name, start of the type text, index of the closing brace) of a placeholder."""
+    if index + 3 >= len(tokens) or tokens[index].text != "{" or tokens[index].kind != "punct":
+        return None
+    name, colon = tokens[index + 1], tokens[index + 2]
+    if name.kind != "word" or colon.text != ":":
+        return None
+    depth = 0
+    for close in range(index + 3, len(tokens)):
+        text = tokens[close].text if tokens[close].kind == "punct" else ""
+        if text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+        elif text == "}" and depth == 0:
+            return name.text, colon.end, close
+    return None
+
+
+def _literal(value: str | None, type_text: str) -> str:
+    if value is None:
+        return f"CAST(NULL AS {type_text})"
+    if type_text == "Identifier":
+        return "`" + value.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return f"CAST({quoted} AS {type_text})"

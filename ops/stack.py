@@ -41,7 +41,14 @@ Say = Callable[[str], None]
 
 def build_worker_app(settings: Settings, bootstrap: str, history: ClickHouseHistory) -> faust.App:
     """The faust app with the pipeline registered on it."""
-    app = create_app(app_id=settings.group_id, bootstrap=bootstrap, partitions=settings.partitions)
+    session_timeout, rebalance_timeout = settings.group_timeouts()
+    app = create_app(
+        app_id=settings.group_id,
+        bootstrap=bootstrap,
+        partitions=settings.partitions,
+        session_timeout_s=session_timeout,
+        rebalance_timeout_s=rebalance_timeout,
+    )
     topics = create_topics(
         app,
         events=settings.events_topic,

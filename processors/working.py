@@ -39,25 +39,34 @@ class SessionWorking:
     def __init__(self, state: SessionState, limit: int) -> None:
         self.session_id = state.session_id
         self.turns: deque[Turn] = deque(state.turns, maxlen=limit)
+        self.tokens = sum(t.tokens for t in self.turns)
         self.task = state.task
         self.variables = dict(state.variables)
         self.dropped = state.dropped
         self.last_at = state.last_at
 
-    def add(self, turn: Turn) -> None:
-        if self.turns.maxlen is not None and len(self.turns) == self.turns.maxlen:
+    def add(self, turn: Turn) -> WorkingBody:
+        """Append ``turn``, evicting the oldest when full; return the delta."""
+        evicted = 0
+        if len(self.turns) == self.turns.maxlen:
+            self.tokens -= self.turns[0].tokens
             self.dropped += 1
+            evicted = 1
         self.turns.append(turn)
+        self.tokens += turn.tokens
         self.last_at = turn.occurred_at
+        return self.body(added=[turn], evicted=evicted)
 
-    def body(self, *, cleared: bool = False) -> WorkingBody:
-        turns = list(self.turns)
+    def body(
+        self, *, added: list[Turn] | None = None, evicted: int = 0, cleared: bool = False
+    ) -> WorkingBody:
         return WorkingBody(
-            turns=turns,
-            tokens=sum(estimate_tokens(t.content) for t in turns),
+            added=added or [],
+            evicted=evicted,
+            size=0 if cleared else len(self.turns),
+            tokens=0 if cleared else self.tokens,
             task=self.task,
             variables=dict(self.variables),
-            dropped=self.dropped,
             cleared=cleared,
         )
 
@@ -95,12 +104,13 @@ def turn_of(event: Event) -> Turn | None:
         role=role,
         content=content,
         occurred_at=event.occurred_at,
+        tokens=estimate_tokens(content),
     )
 
 
 class WorkingMemory:
-    """Every open session of one agent; :meth:`apply` returns the new working body
-    of the session an event touched (or None when it touched none)."""
+    """Every open session of one agent; :meth:`apply` returns the change an event
+    made to its session's working memory (or None when it changed none)."""
 
     def __init__(self, sessions: list[SessionState], limit: int) -> None:
         self.limit = limit
@@ -114,9 +124,7 @@ class WorkingMemory:
             ended = self.sessions.pop(sid, None)
             if ended is None:
                 return None
-            return SessionWorking(
-                SessionState(session_id=sid, last_at=event.occurred_at), self.limit
-            ).body(cleared=True)
+            return ended.body(evicted=len(ended.turns), cleared=True)
         if isinstance(event, SessionStarted):
             session = self._session(sid, event.occurred_at)
             session.task = event.body.task
@@ -125,9 +133,7 @@ class WorkingMemory:
         turn = turn_of(event)
         if turn is None:
             return None
-        session = self._session(sid, event.occurred_at)
-        session.add(turn)
-        return session.body()
+        return self._session(sid, event.occurred_at).add(turn)
 
     def _session(self, sid: str, at: datetime) -> SessionWorking:
         session = self.sessions.get(sid)

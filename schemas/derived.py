@@ -121,15 +121,22 @@ class Turn(Model):
     role: str
     content: str
     occurred_at: UtcMillis
+    tokens: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
     offloaded: bool = False
 
 
 class WorkingBody(Model):
-    turns: list[Turn]
+    """A change of one session's working memory, as a delta: ``added`` turns were
+    appended, then the ``evicted`` oldest ones left. ``size`` and ``tokens`` describe
+    the whole working memory after the change; ``cleared`` marks the session's end.
+    Folding a session's deltas in order rebuilds its working memory exactly."""
+
+    added: list[Turn] = []
+    evicted: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    size: Annotated[int, Field(ge=0, le=INT64_MAX)]
     tokens: Annotated[int, Field(ge=0, le=INT64_MAX)]
     task: str | None = None
     variables: dict[str, str] = {}
-    dropped: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
     cleared: bool = False
 
 

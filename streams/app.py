@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import faust
 
@@ -16,10 +17,27 @@ class Topics:
     dead_letters: faust.TopicT
 
 
-def create_app(*, app_id: str, bootstrap: str, partitions: int) -> faust.App:
+def create_app(
+    *,
+    app_id: str,
+    bootstrap: str,
+    partitions: int,
+    session_timeout_s: float | None = None,
+    rebalance_timeout_s: float | None = None,
+) -> faust.App:
     """A faust app for one engram worker: in-memory table store (state is rebuilt
     from changelogs, or from the log itself), no faust web server (engram serves
-    its own HTTP API), acks from all replicas."""
+    its own HTTP API), acks from all replicas.
+
+    Group timeouts default to faust's; the embedded broker completes a new group's
+    join only after about half the session timeout, so the embedded stack passes
+    short ones."""
+    timeouts: dict[str, Any] = {}
+    if session_timeout_s is not None:
+        timeouts["broker_session_timeout"] = session_timeout_s
+        timeouts["broker_heartbeat_interval"] = max(0.5, session_timeout_s / 6)
+    if rebalance_timeout_s is not None:
+        timeouts["broker_rebalance_timeout"] = rebalance_timeout_s
     return faust.App(
         app_id,
         broker=f"kafka://{bootstrap}",
@@ -32,6 +50,7 @@ def create_app(*, app_id: str, bootstrap: str, partitions: int) -> faust.App:
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
         stream_buffer_maxsize=16_384,
+        **timeouts,
     )
 
 

@@ -1,14 +1,14 @@
 """Wiring: engram.events -> processors -> engram.memory, with the ClickHouse history.
 
-Two faust agents:
-
-- ``fold`` reads raw bytes from ``engram.events``; decodes (bad bytes go to the
-  dead-letter topic with the reason), drops duplicate ``event_id``s, assigns the
-  per-agent sequence and runs the processors; archives the raw events in
-  ClickHouse, publishes the derived events to ``engram.memory``, then saves the
-  per-agent state in a changelogged table. Only then does the batch end, so
-  offsets are committed after everything it produced is durable.
-- ``project`` reads ``engram.memory`` and writes every change to ClickHouse.
+The ``fold`` agent reads raw bytes from ``engram.events``; decodes (bad bytes go
+to the dead-letter topic with the reason), drops duplicate ``event_id``s, assigns
+the per-agent sequence and runs the processors. Then, in this order: the raw
+events and their memory changes are written to ClickHouse (one flush), the
+derived events are published to ``engram.memory`` (the derived log that other
+projections and rebuilds consume), and the per-agent state is saved in a
+changelogged table. Only then does the batch end, so offsets are committed after
+everything it produced is durable; a crash before that replays the batch, which
+yields the same rows and the same derived ids (idempotent downstream).
 
 No exception escapes a batch loop (faust would ack and skip the batch): data
 errors become dead letters, infrastructure errors are retried in place.
@@ -208,8 +208,8 @@ def register(
     bootstrap: str,
     batch_size: int = 1000,
     within: float = 0.2,
-) -> tuple[faust.types.AgentT[bytes], faust.types.AgentT[bytes]]:
-    """Declare the state table and the two agents on ``app``; return the agents."""
+) -> faust.types.AgentT[bytes]:
+    """Declare the state table and the fold agent on ``app``; return the agent."""
     table = AgentStateTable(
         app,
         name="agent_state",
@@ -240,18 +240,7 @@ def register(
         finally:
             await writer.stop()
 
-    @app.agent(topics.memory, name="engram.project")
-    async def project(stream: faust.StreamT[bytes]) -> None:
-        writer = LogWriter(bootstrap)
-        try:
-            async for batch in cast(faust.Stream[bytes], stream).take_events(
-                batch_size, within=within
-            ):
-                await project_batch(batch, topics, history, codec, writer)
-        finally:
-            await writer.stop()
-
-    return fold, project
+    return fold
 
 
 async def fold_batch(
@@ -268,7 +257,9 @@ async def fold_batch(
     result = folder.fold(batch)
     folded = time.perf_counter()
     if result.sequenced:
-        await retry_in_place(lambda: history.write(result.sequenced, ()), what="archive events")
+        await retry_in_place(
+            lambda: history.write(result.sequenced, result.derived), what="write history"
+        )
     archived = time.perf_counter()
     if result.derived:
         records = derived_records(codec, result.derived)
@@ -292,34 +283,3 @@ async def fold_batch(
         published - archived,
         time.perf_counter() - published,
     )
-
-
-async def project_batch(
-    batch: Sequence[faust.EventT[bytes]],
-    topics: Topics,
-    history: ClickHouseHistory,
-    codec: Codec,
-    writer: LogWriter,
-) -> None:
-    """Write a batch of derived events to ClickHouse; never raises."""
-    changes: list[DerivedEvent] = []
-    dead: list[DeadLetter] = []
-    for item in batch:
-        message = item.message
-        raw = message.value or b""
-        try:
-            event = codec.decode(raw)
-            if not isinstance(event, DerivedEvent):
-                raise BadEvent(f"{event.type} is not a derived event")
-        except BadEvent as bad:
-            source = f"{message.topic}:{message.partition}:{message.offset}"
-            dead.append(DeadLetter(message.key, raw, bad.reason, source))
-            continue
-        changes.append(event)
-    if changes:
-        await retry_in_place(lambda: history.write((), changes), what="write memory changes")
-    if dead:
-        records = dead_letter_records(dead)
-        await retry_in_place(
-            lambda: writer.send(topics.dead_letters.get_topic_name(), records), what="dead letters"
-        )

@@ -23,7 +23,12 @@ def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def stack(tmp_path_factory: pytest.TempPathFactory, tansu: str) -> Iterator[Stack]:
     """``engram up`` against the session broker, chdb in a temp home."""
     home: Path = tmp_path_factory.mktemp("engram-home")
-    running = start_stack(home, ENGRAM_KAFKA_BOOTSTRAP=tansu)
+    running = start_stack(
+        home,
+        ENGRAM_KAFKA_BOOTSTRAP=tansu,
+        ENGRAM_SESSION_TIMEOUT_S="6",
+        ENGRAM_REBALANCE_TIMEOUT_S="2",
+    )
     yield running
     code = running.stop()
     assert code == 0, f"engram up exited with {code}"

@@ -66,15 +66,22 @@ def test_published_events_reach_clickhouse_in_sequence(stack: Stack) -> None:
     assert [r[1] for r in rows] == [e.event_id for e in events]
     assert json.loads(rows[7][3])["content"] == "turn 7 第7轮"
     wait_until(lambda: count_changes(stack, agent_id) == 30, 60, "30 working.updated changes")
-    last = stack.rows(
-        "SELECT body FROM memory_changes FINAL WHERE agent_id = {a:String}"
-        " ORDER BY seq DESC LIMIT 1",
-        a=agent_id,
-    )[0][0]
-    working = json.loads(last)
-    assert len(working["turns"]) == 20, "working memory keeps the last 20 turns"
-    assert working["turns"][-1]["content"] == "turn 29 第29轮"
-    assert working["dropped"] == 10
+    deltas = [
+        json.loads(body)
+        for (body,) in stack.rows(
+            "SELECT body FROM memory_changes FINAL WHERE agent_id = {a:String} ORDER BY seq",
+            a=agent_id,
+        )
+    ]
+    working: list[str] = []
+    for delta in deltas:
+        working = working[delta["evicted"] :] + [t["content"] for t in delta["added"]]
+        assert delta["size"] == len(working)
+    assert working == [f"turn {i} 第{i}轮" for i in range(10, 30)], "the last 20 turns"
+    assert deltas[-1]["evicted"] == 1
+    assert deltas[-1]["tokens"] == sum(t["tokens"] for d in deltas[-20:] for t in d["added"]), (
+        "tokens count the whole working memory"
+    )
 
 
 async def dlq_records(bootstrap: str, since: int) -> list[tuple[bytes, dict[str, bytes]]]:

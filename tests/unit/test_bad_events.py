@@ -73,8 +73,18 @@ SAMPLES: list[Event] = [
         occurred_at=AT,
         **DERIVED,
         body={
-            "turns": [{"event_id": str(SRC), "role": "user", "content": "你好", "occurred_at": AT}],
-            "tokens": 2,
+            "added": [
+                {
+                    "event_id": str(SRC),
+                    "role": "user",
+                    "content": "你好",
+                    "occurred_at": AT,
+                    "tokens": 2,
+                }
+            ],
+            "evicted": 1,
+            "size": 3,
+            "tokens": 7,
             "task": "订机票",
         },
     ),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from processors import AgentMemory, AgentState, MemoryConfig, as_of, evolve
 from processors.ids import ENGRAM_NAMESPACE, derived_id
+from processors.working import estimate_tokens
 from schemas import (
     ClockTicked,
     DerivedEvent,
@@ -24,6 +25,7 @@ from schemas import (
     SessionStarted,
     ToolCalled,
     ToolResult,
+    Turn,
     WorkingUpdated,
 )
 
@@ -298,7 +300,9 @@ def test_sequence_and_ids_over_a_log(log: list[Event], config: MemoryConfig) -> 
     assert all(d.config_version == config.version for d in derived)
     for d in derived:
         assert isinstance(d, WorkingUpdated)
-        assert len(d.body.turns) <= config.working_turns
+        assert d.body.size <= config.working_turns
+        assert len(d.body.added) <= 1
+        assert d.body.evicted <= config.working_turns
 
 
 @LAWS
@@ -315,10 +319,23 @@ def test_as_of_is_the_fold_of_the_past(
     assert as_of(log, moment, AGENT, config) == memory.state()
 
 
+def reference_turn(event: Event) -> tuple[str, str, str] | None:
+    """(event id, role, content) of the working-memory entry an event makes, if any."""
+    match event:
+        case InteractionRecorded(body=body):
+            return str(event.event_id), body.role, body.content
+        case ToolCalled(body=body):
+            return str(event.event_id), "tool_call", f"{body.tool}({body.arguments})"
+        case ToolResult(body=body):
+            return str(event.event_id), "tool", body.content
+    return None
+
+
 @LAWS
 @given(log=agent_logs(), config=configs)
 def test_working_memory_matches_a_reference_model(log: list[Event], config: MemoryConfig) -> None:
-    """A deliberately naive re-statement of L1 working memory, compared update by update."""
+    """A deliberately naive re-statement of L1 working memory, compared delta by delta;
+    the deltas, folded per session, must rebuild the reference's turns after each one."""
     sessions: dict[str, dict[str, Any]] = {}
     expected: list[tuple[Any, ...]] = []
     seen: set[UUID] = set()
@@ -329,29 +346,71 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
             continue
         seen.add(event.event_id)
         if isinstance(event, SessionEnded):
-            if sessions.pop(sid, None) is not None:
-                expected.append((sid, [], None, 0, True))
+            ended = sessions.pop(sid, None)
+            if ended is not None:
+                held = len(ended["turns"])
+                expected.append((sid, [], held, 0, 0, ended["task"], True, []))
             continue
+        added: list[tuple[str, str, str]] = []
+        evicted = 0
         if isinstance(event, SessionStarted):
             session = sessions.setdefault(sid, {"turns": [], "task": None, "dropped": 0})
             session["task"] = event.body.task
-        elif isinstance(event, InteractionRecorded | ToolCalled | ToolResult):
+        elif (turn := reference_turn(event)) is not None:
             session = sessions.setdefault(sid, {"turns": [], "task": None, "dropped": 0})
-            session["turns"].append(str(event.event_id))
+            session["turns"].append(turn)
+            added = [turn]
             if len(session["turns"]) > config.working_turns:
                 session["turns"].pop(0)
                 session["dropped"] += 1
+                evicted = 1
         else:
             continue
-        expected.append((sid, list(session["turns"]), session["task"], session["dropped"], False))
+        turns = list(session["turns"])
+        tokens = sum(estimate_tokens(content) for _, _, content in turns)
+        expected.append((sid, added, evicted, len(turns), tokens, session["task"], False, turns))
 
     memory = AgentMemory.empty(AGENT, config)
+    rebuilt: dict[str | None, list[Turn]] = {}
     actual = []
     for event in log:
         for d in memory.apply(event).derived:
             assert isinstance(d, WorkingUpdated)
             body = d.body
-            turns = [t.event_id for t in body.turns]
-            actual.append((d.session_id, turns, body.task, body.dropped, body.cleared))
+            for t in body.added:
+                assert t.tokens == estimate_tokens(t.content)
+            working = rebuilt.get(d.session_id, [])
+            assert body.evicted <= len(working)
+            working = [] if body.cleared else working[body.evicted :] + body.added
+            if body.cleared:
+                rebuilt.pop(d.session_id, None)
+            else:
+                rebuilt[d.session_id] = working
+            assert body.size == len(working)
+            assert body.tokens == sum(t.tokens for t in working)
+            added = [(t.event_id, t.role, t.content) for t in body.added]
+            turns = [(t.event_id, t.role, t.content) for t in working]
+            actual.append(
+                (
+                    d.session_id,
+                    added,
+                    body.evicted,
+                    body.size,
+                    body.tokens,
+                    body.task,
+                    body.cleared,
+                    turns,
+                )
+            )
     assert actual == expected
-    assert sorted(s.session_id for s in memory.state().sessions) == sorted(sessions)
+    final = {
+        s.session_id: ([(t.event_id, t.role, t.content) for t in s.turns], s.task, s.dropped)
+        for s in memory.state().sessions
+    }
+    assert final == {
+        sid: (session["turns"], session["task"], session["dropped"])
+        for sid, session in sessions.items()
+    }
+    assert {sid: [t.event_id for t in turns] for sid, turns in rebuilt.items()} == {
+        sid: [event_id for event_id, _, _ in session["turns"]] for sid, session in sessions.items()
+    }

@@ -21,6 +21,7 @@ from schemas import (
     SessionStarted,
     ToolCalled,
     ToolResult,
+    Turn,
     WorkingBody,
     WorkingUpdated,
 )
@@ -85,31 +86,80 @@ def bodies(derived: list[DerivedEvent]) -> list[WorkingBody]:
     return [d.body for d in derived if isinstance(d, WorkingUpdated)]
 
 
-def contents(body: WorkingBody) -> list[str]:
-    return [t.content for t in body.turns]
+class Replica:
+    """A consumer of ``working.updated``: rebuilds each session's working memory from
+    the deltas alone (``working[evicted:] + added``, emptied when cleared), checking
+    every delta against what it claims about the whole working memory."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = limit
+        self.sessions: dict[str | None, list[Turn]] = {}
+        self.evicted: dict[str | None, int] = {}
+
+    def apply(self, update: DerivedEvent) -> list[Turn]:
+        assert isinstance(update, WorkingUpdated)
+        sid, body = update.session_id, update.body
+        working = self.sessions.get(sid, [])
+        assert body.evicted <= len(working), "cannot evict turns the session never held"
+        for turn in body.added:
+            assert turn.tokens == estimate_tokens(turn.content)
+        if body.cleared:
+            assert body.added == []
+            assert body.evicted == len(working), "a cleared delta evicts everything held"
+            self.sessions.pop(sid, None)
+            self.evicted.pop(sid, None)
+            working = []
+        else:
+            working = working[body.evicted :] + body.added
+            self.sessions[sid] = working
+            self.evicted[sid] = self.evicted.get(sid, 0) + body.evicted
+        assert body.size == len(working)
+        assert body.tokens == sum(t.tokens for t in working)
+        if self.limit is not None:
+            assert len(working) <= self.limit
+        return list(working)
+
+    def replay(self, derived: list[DerivedEvent]) -> list[list[Turn]]:
+        """The working memory of the updated session after each delta."""
+        return [self.apply(d) for d in derived]
+
+
+def contents(turns: list[Turn]) -> list[str]:
+    return [t.content for t in turns]
 
 
 def test_keeps_the_last_working_turns_and_counts_dropped() -> None:
     log = Log()
-    events = [log.start("s", "写周报"), *(log.say("s", f"turn {i}") for i in range(7))]
+    texts = [f"turn {i}" for i in range(7)]
+    events = [log.start("s", "写周报"), *(log.say("s", t) for t in texts)]
     memory, derived = fold(events, MemoryConfig(working_turns=3))
     seen = bodies(derived)
     assert len(seen) == 8
-    assert [len(b.turns) for b in seen] == [0, 1, 2, 3, 3, 3, 3, 3]
-    assert [b.dropped for b in seen] == [0, 0, 0, 0, 1, 2, 3, 4]
-    assert contents(seen[-1]) == ["turn 4", "turn 5", "turn 6"]
+    assert [len(b.added) for b in seen] == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert [b.evicted for b in seen] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [b.size for b in seen] == [0, 1, 2, 3, 3, 3, 3, 3]
+    replica = Replica(limit=3)
+    after = replica.replay(derived)
+    assert [contents(w) for w in after] == [texts[max(0, k - 3) : k] for k in range(8)]
+    assert contents(after[-1]) == ["turn 4", "turn 5", "turn 6"]
+    assert replica.evicted["s"] == 4
     (state,) = memory.state().sessions
     assert (state.dropped, [t.content for t in state.turns]) == (4, ["turn 4", "turn 5", "turn 6"])
+    assert state.turns == after[-1]
 
 
 def test_default_limit_is_the_config_value() -> None:
     log = Log()
     limit = MemoryConfig().working_turns
     _, derived = fold([log.say("s", str(i)) for i in range(limit + 5)])
-    last = bodies(derived)[-1]
-    assert len(last.turns) == limit
-    assert last.dropped == 5
-    assert contents(last)[0] == "5"
+    seen = bodies(derived)
+    assert [b.evicted for b in seen] == [0] * limit + [1] * 5
+    assert [b.size for b in seen] == [*range(1, limit + 1), *[limit] * 5]
+    replica = Replica(limit=limit)
+    last = replica.replay(derived)[-1]
+    assert len(last) == limit
+    assert replica.evicted["s"] == 5
+    assert contents(last) == [str(i) for i in range(5, limit + 5)]
 
 
 def test_turn_records_its_source() -> None:
@@ -117,13 +167,17 @@ def test_turn_records_its_source() -> None:
     event = log.say("s", "记住：我对花生过敏", role="user")
     _, derived = fold([event])
     (update,) = derived
-    (turn,) = bodies(derived)[0].turns
-    assert (turn.event_id, turn.role, turn.occurred_at) == (
+    body = bodies(derived)[0]
+    (turn,) = body.added
+    assert (turn.event_id, turn.role, turn.content, turn.occurred_at) == (
         str(event.event_id),
         "user",
+        "记住：我对花生过敏",
         event.occurred_at,
     )
+    assert turn.tokens == estimate_tokens(turn.content) == 9
     assert turn.offloaded is False
+    assert (body.evicted, body.size, body.tokens, body.cleared) == (0, 1, 9, False)
     assert (update.agent_id, update.session_id, update.user_id) == (AGENT, "s", "u-1")
     assert update.occurred_at == event.occurred_at
     assert update.source_event_id == event.event_id
@@ -133,26 +187,48 @@ def test_task_is_set_at_session_started_and_kept() -> None:
     log = Log()
     _, derived = fold([log.start("s", "订机票"), log.say("s", "去上海"), log.say("s", "周五")])
     seen = bodies(derived)
-    assert seen[0].task == "订机票"
-    assert seen[0].turns == []
+    assert seen[0] == WorkingBody(added=[], evicted=0, size=0, tokens=0, task="订机票")
     assert [b.task for b in seen] == ["订机票"] * 3
+    assert [contents(w) for w in Replica().replay(derived)] == [
+        [],
+        ["去上海"],
+        ["去上海", "周五"],
+    ]
 
 
 def test_restart_replaces_the_task_and_keeps_turns() -> None:
     log = Log()
     _, derived = fold([log.start("s", "a"), log.say("s", "x"), log.start("s", "b")])
     last = bodies(derived)[-1]
-    assert (last.task, contents(last)) == ("b", ["x"])
+    assert (last.task, last.added, last.evicted, last.cleared) == ("b", [], 0, False)
+    assert (last.size, last.tokens) == (1, estimate_tokens("x"))
+    assert contents(Replica().replay(derived)[-1]) == ["x"]
 
 
 def test_session_ended_clears() -> None:
     log = Log()
-    events = [log.start("s", "task"), log.say("s", "hi"), log.say("other", "keep me"), log.end("s")]
-    memory, derived = fold(events, MemoryConfig(working_turns=1))
+    events = [
+        log.start("s", "task"),
+        log.say("s", "hi"),
+        log.say("other", "keep me"),
+        log.say("s", "again"),
+        log.say("s", "third"),
+        log.end("s"),
+    ]
+    memory, derived = fold(events, MemoryConfig(working_turns=2))
     cleared = derived[-1]
     assert isinstance(cleared, WorkingUpdated)
     assert cleared.session_id == "s"
-    assert cleared.body == WorkingBody(turns=[], tokens=0, task=None, dropped=0, cleared=True)
+    # it held two turns ("hi" was evicted earlier): exactly those two leave
+    assert cleared.body == WorkingBody(
+        added=[], evicted=2, size=0, tokens=0, task="task", variables={}, cleared=True
+    )
+    replica = Replica(limit=2)
+    after = replica.replay(derived)
+    assert contents(after[-2]) == ["again", "third"]
+    assert after[-1] == []
+    assert set(replica.sessions) == {"other"}
+    assert contents(replica.sessions["other"]) == ["keep me"]
     assert [s.session_id for s in memory.state().sessions] == ["other"]
     assert not any(b.cleared for b in bodies(derived[:-1]))
 
@@ -160,9 +236,19 @@ def test_session_ended_clears() -> None:
 def test_a_session_after_its_end_starts_fresh() -> None:
     log = Log()
     events = [log.say("s", "1"), log.say("s", "2"), log.end("s"), log.say("s", "3")]
-    _, derived = fold(events, MemoryConfig(working_turns=1))
-    last = bodies(derived)[-1]
-    assert (contents(last), last.dropped, last.cleared) == (["3"], 0, False)
+    memory, derived = fold(events, MemoryConfig(working_turns=1))
+    seen = bodies(derived)
+    assert [(b.evicted, b.size, b.cleared) for b in seen] == [
+        (0, 1, False),
+        (1, 1, False),
+        (1, 0, True),
+        (0, 1, False),
+    ]
+    replica = Replica(limit=1)
+    assert [contents(w) for w in replica.replay(derived)] == [["1"], ["2"], [], ["3"]]
+    assert replica.evicted["s"] == 0
+    (state,) = memory.state().sessions
+    assert (contents(state.turns), state.dropped) == (["3"], 0)
 
 
 def test_ending_an_unknown_session_does_nothing() -> None:
@@ -188,9 +274,21 @@ def test_sessions_are_independent() -> None:
     for d in derived:
         assert isinstance(d, WorkingUpdated)
         by_session.setdefault(d.session_id, []).append(d.body)
+    replica = Replica(limit=2)
+    replica.replay(derived)
     a, b = by_session["a"][-1], by_session["b"][-1]
-    assert (contents(a), a.task, a.dropped) == (["a2", "a3"], "task A", 1)
-    assert (contents(b), b.task, b.dropped) == (["b1", "b2"], "任务 B", 0)
+    assert (contents(replica.sessions["a"]), a.task, replica.evicted["a"]) == (
+        ["a2", "a3"],
+        "task A",
+        1,
+    )
+    assert (contents(replica.sessions["b"]), b.task, replica.evicted["b"]) == (
+        ["b1", "b2"],
+        "任务 B",
+        0,
+    )
+    assert [x.evicted for x in by_session["a"]] == [0, 0, 0, 1]
+    assert [x.evicted for x in by_session["b"]] == [0, 0, 0]
 
 
 def test_events_without_session_produce_no_working_update() -> None:
@@ -222,14 +320,17 @@ def test_tool_events_are_turns() -> None:
         log.say("s", "上海今天晴。", role="assistant"),
     ]
     _, derived = fold(events)
-    last = bodies(derived)[-1]
-    assert [(t.role, t.content) for t in last.turns] == [
+    last = Replica().replay(derived)[-1]
+    assert [(t.role, t.content) for t in last] == [
         ("user", "查一下天气"),
         ("tool_call", 'weather({"city": "上海"})'),
         ("tool", "晴，25°C"),
         ("assistant", "上海今天晴。"),
     ]
-    assert [t.event_id for t in last.turns] == [str(e.event_id) for e in events]
+    assert [t.event_id for t in last] == [str(e.event_id) for e in events]
+    # 5 CJK; 2 CJK + ceil(21 / 4); 1 CJK + ceil(5 / 4) (the full-width comma is not CJK
+    # here); 6 CJK (the ideographic full stop is)
+    assert [t.tokens for t in last] == [5, 2 + 6, 1 + 2, 6]
 
 
 def test_tokens_sum_the_estimates_of_the_kept_turns() -> None:
@@ -238,7 +339,11 @@ def test_tokens_sum_the_estimates_of_the_kept_turns() -> None:
     _, derived = fold([log.say("s", t) for t in texts], MemoryConfig(working_turns=2))
     seen = bodies(derived)
     assert seen[0].tokens == 4
+    assert seen[1].tokens == 4 + estimate_tokens(texts[1]) == 7
+    assert seen[-1].evicted == 1
     assert seen[-1].tokens == estimate_tokens(texts[1]) + estimate_tokens(texts[2])
+    assert [t.tokens for b in seen for t in b.added] == [estimate_tokens(t) for t in texts]
+    Replica(limit=2).replay(derived)
 
 
 @pytest.mark.parametrize(
@@ -272,8 +377,16 @@ def test_working_memory_state_round_trips() -> None:
     working = WorkingMemory([], limit=2)
     for event in [log.start("s", "t"), log.say("s", "1"), log.say("s", "2"), log.say("s", "3")]:
         last = working.apply(event)
+    assert last is not None
+    assert (contents(last.added), last.evicted, last.size) == (["3"], 1, 2)
+    assert last.tokens == estimate_tokens("2") + estimate_tokens("3")
     restored = WorkingMemory(working.state(), limit=2)
     assert restored.state() == working.state()
+    (state,) = restored.state()
+    assert (contents(state.turns), state.dropped) == (["2", "3"], 1)
     nxt = log.say("s", "4")
-    assert restored.apply(nxt) == working.apply(nxt)
-    assert last is not None and last.dropped == 1
+    resumed = restored.apply(nxt)
+    assert resumed == working.apply(nxt)
+    assert resumed is not None
+    assert (contents(resumed.added), resumed.evicted, resumed.size) == (["4"], 1, 2)
+    assert resumed.tokens == estimate_tokens("3") + estimate_tokens("4")
