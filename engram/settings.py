@@ -45,6 +45,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _log_level(env: Mapping[str, str]) -> str:
+    level = (env.get("ENGRAM_LOG_LEVEL") or "WARNING").upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise SettingsError(f"ENGRAM_LOG_LEVEL={level!r} must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
 def _optional_float(env: Mapping[str, str], name: str) -> float | None:
     return _float(env, name, 1.0) if env.get(name) else None
 
@@ -75,6 +82,7 @@ class Settings:
     max_event_bytes: int = DEFAULT_MAX_BYTES
     batch_size: int = 1000
     flush_interval_s: float = 0.2
+    log_level: str = "WARNING"
     session_timeout_s: float | None = None
     rebalance_timeout_s: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -98,6 +106,7 @@ class Settings:
             max_event_bytes=_int(env, "ENGRAM_MAX_EVENT_BYTES", DEFAULT_MAX_BYTES, low=1024),
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
+            log_level=_log_level(env),
             session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),
             rebalance_timeout_s=_optional_float(env, "ENGRAM_REBALANCE_TIMEOUT_S"),
         )

@@ -136,7 +136,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
         say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
         say("engram is up; Ctrl-C stops it")
         app = build_worker_app(settings, bootstrap, history)
-        return run_worker(app)
+        return run_worker(app, settings.log_level)
     finally:
         if http is not None:
             http.stop()
@@ -145,10 +145,10 @@ def run_up(settings: Settings, say: Say = print) -> int:
             broker.stop()
 
 
-def run_worker(app: faust.App) -> int:
+def run_worker(app: faust.App, log_level: str = "WARNING") -> int:
     """Run the faust worker in the foreground until SIGINT/SIGTERM."""
     asyncio.set_event_loop(asyncio.new_event_loop())
-    worker = Worker(app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
+    worker = Worker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as stop:

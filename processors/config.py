@@ -21,7 +21,7 @@ class MemoryConfig(Model):
     are equal."""
 
     name: str = "default"
-    dedupe_window: Annotated[int, Field(ge=1)] = 1024
+    dedupe_window: Annotated[int, Field(ge=1)] = 512
     working_turns: Annotated[int, Field(ge=1)] = 20
 
     @property

@@ -8,6 +8,7 @@ it over serialised states.
 
 from __future__ import annotations
 
+import base64
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,12 +21,20 @@ from schemas import DerivedEvent, Event, Model, WorkingUpdated
 
 
 class AgentState(Model):
-    """Serialised memory of one agent: what is needed to resume the fold exactly."""
+    """Serialised memory of one agent: what is needed to resume the fold exactly.
+
+    ``recent_ids`` is the base64 of the 16-byte ids of the agent's last
+    ``dedupe_window`` events, oldest first, packed end to end.
+    """
 
     agent_id: str
     seq: int = -1
-    recent_ids: list[str] = []
+    recent_ids: str = ""
     sessions: list[SessionState] = []
+
+    def recent(self) -> list[bytes]:
+        packed = base64.b64decode(self.recent_ids)
+        return [packed[i : i + 16] for i in range(0, len(packed), 16)]
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class AgentMemory:
         self.agent_id = state.agent_id
         self.config = config
         self.seq = state.seq
-        self.recent: deque[str] = deque(state.recent_ids, maxlen=config.dedupe_window)
+        self.recent: deque[bytes] = deque(state.recent(), maxlen=config.dedupe_window)
         self.recent_set = set(self.recent)
         self.working = WorkingMemory(state.sessions, config.working_turns)
 
@@ -53,14 +62,14 @@ class AgentMemory:
 
     def apply(self, event: Event) -> Step:
         """Fold one event of this agent; duplicates of a recent ``event_id`` do nothing."""
-        key = event.event_id.hex
+        key = event.event_id.bytes
         if key in self.recent_set:
             return Step(None, ())
         self._remember(key)
         self.seq += 1
         return Step(self.seq, self._derive(event))
 
-    def _remember(self, key: str) -> None:
+    def _remember(self, key: bytes) -> None:
         if len(self.recent) == self.recent.maxlen:
             self.recent_set.discard(self.recent[0])
         self.recent.append(key)
@@ -88,7 +97,7 @@ class AgentMemory:
         return AgentState(
             agent_id=self.agent_id,
             seq=self.seq,
-            recent_ids=list(self.recent),
+            recent_ids=base64.b64encode(b"".join(self.recent)).decode(),
             sessions=self.working.state(),
         )
 

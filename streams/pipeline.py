@@ -1,22 +1,23 @@
 """Wiring: engram.events -> processors -> engram.memory, with the ClickHouse history.
 
 The ``fold`` agent reads raw bytes from ``engram.events``; decodes (bad bytes go
-to the dead-letter topic with the reason), drops duplicate ``event_id``s, assigns
-the per-agent sequence and runs the processors. Then, in this order: the raw
-events and their memory changes are written to ClickHouse (one flush), the
-derived events are published to ``engram.memory`` (the derived log that other
-projections and rebuilds consume), and the per-agent state is saved in a
-changelogged table. Only then does the batch end, so offsets are committed after
-everything it produced is durable; a crash before that replays the batch, which
-yields the same rows and the same derived ids (idempotent downstream).
+to the dead-letter topic with the reason), skips what it has already applied,
+drops duplicate ``event_id``s, assigns the per-agent sequence and runs the
+processors. Then, in this order: the raw events and their memory changes are
+written to ClickHouse (one flush), the derived events are published to
+``engram.memory`` (the derived log that other projections and rebuilds consume),
+and the touched agents' states are written to the state table's changelog. Only
+then does the batch end, so offsets are committed after everything it produced
+is durable.
 
-No exception escapes a batch loop (faust would ack and skip the batch): data
-errors become dead letters, infrastructure errors are retried in place.
+Redelivery is harmless: each agent's stored state records the last offset it
+applied per source partition, so a batch delivered again after a crash is
+skipped event by event, exactly, whatever its size; what was written before the
+crash is rewritten with the same rows and the same derived ids (idempotent).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -24,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import faust
-from aiokafka import AIOKafkaProducer
 
 from processors import AgentMemory, AgentState, MemoryConfig
-from schemas import BadEvent, Codec, DerivedEvent, Event
+from schemas import BadEvent, Codec, DerivedEvent, Event, Model
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
 from streams.app import Topics
+from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
 
 log = logging.getLogger("engram.streams")
@@ -37,20 +38,12 @@ REASON_HEADER = "engram.reason"
 SOURCE_HEADER = "engram.source"
 
 
-class AgentStateTable(faust.Table[bytes, bytes]):
-    """The per-agent state table; each key's changelog goes to the partition its
-    agent's events come from (so recovery of a partition restores its agents)."""
+class StoredState(Model):
+    """What the state table holds per agent: its memory and, per source
+    partition, the offset of the last message applied to it."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.partition_of: dict[bytes, int] = {}
-
-    def partition_for_key(self, key: Any) -> int | None:
-        return self.partition_of[key]
-
-    def put(self, key: bytes, value: bytes, partition: int) -> None:
-        self.partition_of[key] = partition
-        self[key] = value
+    memory: AgentState
+    positions: dict[int, int] = {}
 
 
 @dataclass(frozen=True)
@@ -65,12 +58,26 @@ class DeadLetter:
 
 @dataclass
 class FoldResult:
-    """What one batch of raw events produced."""
+    """What one batch of raw events produced; ``touched`` maps each agent whose
+    state changed to the partition its state is kept in."""
 
     sequenced: list[SequencedEvent] = field(default_factory=list)
     derived: list[DerivedEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     touched: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class LiveAgent:
+    memory: AgentMemory
+    positions: dict[int, int]
+
+    def stored(self) -> bytes:
+        return (
+            StoredState(memory=self.memory.state(), positions=self.positions)
+            .model_dump_json()
+            .encode()
+        )
 
 
 class Folder:
@@ -80,101 +87,65 @@ class Folder:
     when partitions are revoked and whenever the agent restarts.
     """
 
-    def __init__(self, table: AgentStateTable, codec: Codec, config: MemoryConfig) -> None:
+    def __init__(
+        self, table: faust.Table[bytes, bytes], codec: Codec, config: MemoryConfig
+    ) -> None:
         self.table = table
         self.codec = codec
         self.config = config
-        self.live: dict[str, AgentMemory] = {}
+        self.live: dict[str, LiveAgent] = {}
 
-    def memory(self, agent_id: str) -> AgentMemory:
+    def agent(self, agent_id: str) -> LiveAgent:
         live = self.live.get(agent_id)
         if live is None:
-            saved = self.table.get(agent_id.encode())
-            state = (
-                AgentState.model_validate_json(saved)
+            saved = self.table.data.get(agent_id.encode())
+            stored = (
+                StoredState.model_validate_json(saved)
                 if saved is not None
-                else AgentState(agent_id=agent_id)
+                else StoredState(memory=AgentState(agent_id=agent_id))
             )
-            live = self.live[agent_id] = AgentMemory(state, self.config)
+            memory = AgentMemory(stored.memory, self.config)
+            live = self.live[agent_id] = LiveAgent(memory, dict(stored.positions))
         return live
 
     def fold(self, batch: Sequence[faust.EventT[bytes]]) -> FoldResult:
         result = FoldResult()
         for item in batch:
-            message = item.message
-            raw: bytes = message.value or b""
-            try:
-                event = self.codec.decode(raw)
-                payload = raw if raw[:2] == b"\xc3\x01" else self.codec.encode(event)
-            except BadEvent as bad:
-                source = f"{message.topic}:{message.partition}:{message.offset}"
-                result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
-                continue
-            memory = self.memory(event.agent_id)
-            try:
-                step = memory.apply(event)
-            except Exception as error:  # a processor bug: keep the line moving, visibly
-                source = f"{message.topic}:{message.partition}:{message.offset}"
-                reason = f"processor failed on {event.type}: {error!r}"
-                result.dead.append(DeadLetter(message.key, raw, reason, source))
-                continue
-            result.touched[event.agent_id] = message.partition
-            if step.seq is None:
-                continue
-            result.sequenced.append(SequencedEvent(event, step.seq, payload))
-            result.derived.extend(step.derived)
+            self._fold_one(item.message, result)
         return result
 
-    async def save(self, agents: dict[str, int]) -> None:
-        """Write the touched agents' states to the changelogged table."""
-        for agent_id, partition in sorted(agents.items()):
-            state = self.live[agent_id].state().model_dump_json().encode()
-            self.table.put(agent_id.encode(), state, partition)
+    def _fold_one(self, message: Any, result: FoldResult) -> None:
+        raw: bytes = message.value or b""
+        source = f"{message.topic}:{message.partition}:{message.offset}"
+        try:
+            event = self.codec.decode(raw)
+            payload = raw if raw[:2] == b"\xc3\x01" else self.codec.encode(event)
+        except BadEvent as bad:
+            result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
+            return
+        live = self.agent(event.agent_id)
+        if message.offset <= live.positions.get(message.partition, -1):
+            return  # applied before a crash or rebalance: redelivered, not new
+        live.positions[message.partition] = message.offset
+        result.touched.setdefault(event.agent_id, message.partition)
+        try:
+            step = live.memory.apply(event)
+        except Exception as error:  # a processor bug: keep the line moving, visibly
+            reason = f"processor failed on {event.type}: {error!r}"
+            result.dead.append(DeadLetter(message.key, raw, reason, source))
+            return
+        if step.seq is not None:
+            result.sequenced.append(SequencedEvent(event, step.seq, payload))
+            result.derived.extend(step.derived)
 
-
-class LogWriter:
-    """Writes derived events and dead letters with a plain aiokafka producer
-    (``acks=all``); :meth:`send` returns once every record is acknowledged."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.producer: AIOKafkaProducer | None = None
-
-    async def start(self) -> AIOKafkaProducer:
-        if self.producer is None:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                acks="all",
-                linger_ms=2,
-                max_batch_size=1_048_576,
-                max_request_size=8_388_608,
-            )
-            await producer.start()
-            self.producer = producer
-        return self.producer
-
-    async def stop(self) -> None:
-        producer, self.producer = self.producer, None
-        if producer is not None:
-            await producer.stop()
-
-    async def send(self, topic: str, records: Sequence[Record]) -> None:
-        producer = await self.start()
-        futures = [
-            await producer.send(
-                topic, key=r.key, value=r.value, timestamp_ms=r.timestamp_ms, headers=r.headers
-            )
-            for r in records
-        ]
-        await asyncio.gather(*futures)
-
-
-@dataclass(frozen=True)
-class Record:
-    key: bytes | None
-    value: bytes
-    timestamp_ms: int | None = None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    def state_records(self, touched: dict[str, int]) -> list[Record]:
+        """Changelog records of the touched agents' states (also set in the table)."""
+        records = []
+        for agent_id, partition in sorted(touched.items()):
+            key, value = agent_id.encode(), self.live[agent_id].stored()
+            self.table.data[key] = value
+            records.append(Record(key, value, partition=partition))
+        return records
 
 
 def dead_letter_records(dead: Sequence[DeadLetter]) -> list[Record]:
@@ -184,8 +155,7 @@ def dead_letter_records(dead: Sequence[DeadLetter]) -> list[Record]:
         Record(
             d.key,
             d.raw,
-            None,
-            [(REASON_HEADER, d.reason.encode()), (SOURCE_HEADER, d.source.encode())],
+            headers=[(REASON_HEADER, d.reason.encode()), (SOURCE_HEADER, d.source.encode())],
         )
         for d in dead
     ]
@@ -210,16 +180,16 @@ def register(
     within: float = 0.2,
 ) -> faust.types.AgentT[bytes]:
     """Declare the state table and the fold agent on ``app``; return the agent."""
-    table = AgentStateTable(
-        app,
-        name="agent_state",
-        default=None,
-        beacon=app.tables.beacon,
-        key_type=bytes,
-        value_type=bytes,
-        partitions=topics.events.partitions or app.conf.topic_partitions,
+    table = cast(
+        "faust.Table[bytes, bytes]",
+        app.Table(
+            "agent_state",
+            default=None,
+            key_type=bytes,  # bytes keys and values: faust reads the changelog raw
+            value_type=bytes,
+            partitions=topics.events.partitions or app.conf.topic_partitions,
+        ),
     )
-    app.tables.add(table)
     folders: list[Folder] = []
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
@@ -232,11 +202,16 @@ def register(
         folder = Folder(table, codec, config)
         folders[:] = [folder]
         writer = LogWriter(bootstrap)
+        names = (
+            topics.memory.get_topic_name(),
+            topics.dead_letters.get_topic_name(),
+            table.changelog_topic.get_topic_name(),
+        )
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                await fold_batch(app, folder, batch, topics, history, codec, writer)
+                await fold_batch(folder, batch, history, codec, writer, *names)
         finally:
             await writer.stop()
 
@@ -244,15 +219,16 @@ def register(
 
 
 async def fold_batch(
-    app: faust.App,
     folder: Folder,
     batch: Sequence[faust.EventT[bytes]],
-    topics: Topics,
     history: ClickHouseHistory,
     codec: Codec,
     writer: LogWriter,
+    memory_topic: str,
+    dead_letter_topic: str,
+    changelog_topic: str,
 ) -> None:
-    """Fold, archive, publish, save state — in that order; never raises."""
+    """Fold, write history, publish, save state — in that order; never raises."""
     started = time.perf_counter()
     result = folder.fold(batch)
     folded = time.perf_counter()
@@ -260,26 +236,19 @@ async def fold_batch(
         await retry_in_place(
             lambda: history.write(result.sequenced, result.derived), what="write history"
         )
-    archived = time.perf_counter()
-    if result.derived:
-        records = derived_records(codec, result.derived)
-        await retry_in_place(
-            lambda: writer.send(topics.memory.get_topic_name(), records), what="publish derived"
-        )
-    if result.dead:
-        dead = dead_letter_records(result.dead)
-        await retry_in_place(
-            lambda: writer.send(topics.dead_letters.get_topic_name(), dead), what="dead letters"
-        )
+    written = time.perf_counter()
+    derived = derived_records(codec, result.derived)
+    await retry_in_place(lambda: writer.send(memory_topic, derived), what="publish derived")
+    dead = dead_letter_records(result.dead)
+    await retry_in_place(lambda: writer.send(dead_letter_topic, dead), what="dead letters")
     published = time.perf_counter()
-    if result.touched:
-        await retry_in_place(lambda: folder.save(result.touched), what="save agent state")
-        await retry_in_place(app.producer.flush, what="flush state changelog")
+    states = folder.state_records(result.touched)
+    await retry_in_place(lambda: writer.send(changelog_topic, states), what="save agent state")
     log.debug(
-        "fold batch of %d: fold %.3fs, archive %.3fs, publish %.3fs, state %.3fs",
+        "fold batch of %d: fold %.3fs, history %.3fs, publish %.3fs, state %.3fs",
         len(batch),
         folded - started,
-        archived - folded,
-        published - archived,
+        written - folded,
+        published - written,
         time.perf_counter() - published,
     )

@@ -81,7 +81,7 @@ def test_duplicates_beyond_the_window_are_accepted_again() -> None:
     assert memory.apply(say(1)).seq == 4  # forgotten, so accepted again
     assert memory.apply(say(2)).seq == 5
     assert memory.apply(say(4)).seq is None  # window is 4, 1, 2
-    assert memory.state().recent_ids == [UUID(int=i).hex for i in (4, 1, 2)]
+    assert memory.state().recent() == [UUID(int=i).bytes for i in (4, 1, 2)]
 
 
 def test_the_window_survives_a_snapshot() -> None:

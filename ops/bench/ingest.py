@@ -1,0 +1,144 @@
+"""End-to-end ingest benchmark: N interaction events published to the embedded
+stack, timed until ClickHouse holds all of them and their memory changes.
+
+Beside it, in the same run and on the same topic, the references: the raw
+aiokafka consume rate (the physical floor of reading the log) and the codec's
+decode rate. Run: ``python -m ops.bench.ingest --events 100000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from ops.bench.common import BenchStack, machine, peak_rss_mib, start_stack
+from schemas import Codec, InteractionBody, InteractionRecorded
+
+CONTENT = (
+    "The user asked to move the Thursday review to Friday afternoon and to invite the "
+    "design team; 用户希望把周四的评审改到周五下午。"
+)
+
+
+def make_payloads(n: int, agents: int) -> list[tuple[bytes, bytes]]:
+    """(key, Avro bytes) of ``n`` interaction events spread over ``agents`` agents."""
+    codec = Codec()
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    out = []
+    for i in range(n):
+        agent = f"bench-agent-{i % agents:04d}"
+        event = InteractionRecorded(
+            event_id=uuid.uuid4(),
+            agent_id=agent,
+            session_id=f"{agent}-s{i // (agents * 50)}",
+            user_id=f"user-{i % agents:04d}",
+            occurred_at=start + timedelta(milliseconds=i),
+            body=InteractionBody(role="user" if i % 2 else "assistant", content=CONTENT),
+        )
+        out.append((agent.encode(), codec.encode(event)))
+    return out
+
+
+async def publish(bootstrap: str, payloads: list[tuple[bytes, bytes]]) -> float:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        futures = [await producer.send("engram.events", key=k, value=v) for k, v in payloads]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return time.perf_counter() - started
+
+
+async def raw_consume(bootstrap: str, n: int) -> float:
+    """Seconds for a plain aiokafka consumer to read ``n`` messages of engram.events."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [
+            TopicPartition("engram.events", p)
+            for p in consumer.partitions_for_topic("engram.events") or ()
+        ]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = 0
+        started = time.perf_counter()
+        while seen < n:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            seen += sum(len(records) for records in batch.values())
+        return time.perf_counter() - started
+    finally:
+        await consumer.stop()
+
+
+def decode_rate(payloads: list[tuple[bytes, bytes]]) -> float:
+    codec = Codec()
+    sample = [v for _, v in payloads[:20_000]]
+    started = time.perf_counter()
+    for value in sample:
+        codec.decode(value)
+    return len(sample) / (time.perf_counter() - started)
+
+
+def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
+    """Poll until ClickHouse holds ``n`` events and ``n`` memory changes; return the time."""
+    deadline = time.monotonic() + timeout
+    query = "SELECT least((SELECT count() FROM events), (SELECT count() FROM memory_changes))"
+    while time.monotonic() < deadline:
+        if stack.count(query) >= n:
+            return time.perf_counter()
+        time.sleep(0.25)
+    raise TimeoutError(f"ClickHouse did not reach {n} events within {timeout:.0f}s")
+
+
+def run(n: int, agents: int, timeout: float) -> dict[str, object]:
+    payloads = make_payloads(n, agents)
+    avg_bytes = sum(len(v) for _, v in payloads) / n
+    stack = start_stack()
+    try:
+        bootstrap = stack.up["kafka_bootstrap"]
+        time.sleep(8)  # let the worker join its group before the clock starts
+        started = time.perf_counter()
+        publish_s = asyncio.run(publish(bootstrap, payloads))
+        done = wait_for(stack, n, timeout)
+        elapsed = done - started
+        final = stack.count("SELECT count() FROM events FINAL")
+        rss = peak_rss_mib(stack.up["pid"])
+        consume_s = asyncio.run(raw_consume(bootstrap, n))
+    finally:
+        stack.stop()
+    return {
+        "events": n,
+        "agents": agents,
+        "avg_event_bytes": round(avg_bytes),
+        "publish_s": round(publish_s, 2),
+        "end_to_end_s": round(elapsed, 2),
+        "end_to_end_per_s": round(n / elapsed),
+        "raw_consume_per_s": round(n / consume_s),
+        "ratio_to_raw_consume": round((n / elapsed) / (n / consume_s), 4),
+        "decode_per_s": round(decode_rate(payloads)),
+        "worker_peak_rss_mib": round(rss),
+        "rows_in_clickhouse": final,
+        "machine": machine(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--agents", type=int, default=100)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+    result = run(args.events, args.agents, args.timeout)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A producer for records whose partition the pipeline decides: derived events,
+dead letters and state changelogs, written in per-partition batches."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record to write; ``partition`` None means the key's default partition
+    (murmur2, as every Kafka client computes it)."""
+
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    partition: int | None = None
+
+
+def default_partition(key: bytes | None, count: int) -> int:
+    """The partition Kafka's default partitioner gives ``key`` (0 for no key)."""
+    if key is None:
+        return 0
+    return int(murmur2(key) & 0x7FFFFFFF) % count
+
+
+class LogWriter:
+    """Writes records with a plain aiokafka producer (``acks=all``).
+
+    :meth:`send` returns once every record is acknowledged; records of one
+    partition keep their order. The producer starts on first use in the running
+    loop and stops with :meth:`stop`.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> AIOKafkaProducer:
+        if self.producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                acks="all",
+                linger_ms=2,
+                max_batch_size=1_048_576,
+                max_request_size=8_388_608,
+            )
+            await producer.start()
+            self.producer = producer
+        return self.producer
+
+    async def stop(self) -> None:
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def send(self, topic: str, records: Sequence[Record]) -> None:
+        """Write ``records`` to ``topic``; raises if any is not acknowledged."""
+        if not records:
+            return
+        producer = await self.start()
+        count = len(await producer.partitions_for(topic))
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for record in records:
+            partition = record.partition
+            if partition is None:
+                partition = default_partition(record.key, count)
+            by_partition[partition].append(record)
+        futures = []
+        for partition, items in sorted(by_partition.items()):
+            futures += await self._send_partition(producer, topic, partition, items)
+        await asyncio.gather(*futures)
+
+    @staticmethod
+    async def _send_partition(
+        producer: AIOKafkaProducer, topic: str, partition: int, records: list[Record]
+    ) -> list[asyncio.Future[object]]:
+        futures = []
+        batch = producer.create_batch()
+        for record in records:
+            while (
+                batch.append(
+                    key=record.key,
+                    value=record.value,
+                    timestamp=None if record.timestamp_ms is None else record.timestamp_ms / 1000,
+                    headers=record.headers,
+                )
+                is None
+            ):
+                if batch.record_count() == 0:
+                    raise ValueError(f"a record of {len(record.value)} bytes does not fit a batch")
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = producer.create_batch()
+        if batch.record_count():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        return futures
