@@ -19,6 +19,7 @@ from typing import Any
 
 import clickhouse_connect
 import faust
+import uvloop
 from mode import Worker
 
 from engram.api import create_api
@@ -147,7 +148,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
 
 def run_worker(app: faust.App, log_level: str = "WARNING") -> int:
     """Run the faust worker in the foreground until SIGINT/SIGTERM."""
-    asyncio.set_event_loop(asyncio.new_event_loop())
+    asyncio.set_event_loop(uvloop.new_event_loop())
     worker = Worker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()

@@ -8,6 +8,7 @@ new derived log instead of editing the old one.
 from __future__ import annotations
 
 import hashlib
+from functools import cached_property
 from typing import Annotated
 
 from pydantic import Field
@@ -24,7 +25,7 @@ class MemoryConfig(Model):
     dedupe_window: Annotated[int, Field(ge=1)] = 512
     working_turns: Annotated[int, Field(ge=1)] = 20
 
-    @property
+    @cached_property
     def version(self) -> str:
         digest = hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:10]
         return f"{self.name}@{digest}"

@@ -6,6 +6,7 @@ folded into it, in order.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from datetime import datetime
 
@@ -81,9 +82,12 @@ class SessionWorking:
         )
 
 
+CJK = re.compile("[\u3000-\u9fff\uac00-\ud7af]")
+
+
 def estimate_tokens(text: str) -> int:
     """Rough token count: one per CJK character, one per ~4 other characters."""
-    cjk = sum(1 for ch in text if "\u3000" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af")
+    cjk = len(CJK.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 
 
