@@ -7,8 +7,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# A regular (non-editable) install: pyproject.toml lists the packages.
-# faust-streaming ships no wheel; without a compiler it builds in pure Python.
+# A regular (non-editable) install: pyproject.toml lists the packages. On arm64
+# faust-streaming has no wheel and builds without its C speedups (no compiler).
 COPY . /tmp/engram
 RUN pip install /tmp/engram && rm -rf /tmp/engram
 

@@ -23,6 +23,7 @@ async def topic_is_empty(bootstrap: str, topic: str) -> bool:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await consumer.start()
     try:
+        await consumer.topics()  # a full metadata fetch: a fresh consumer knows no topic yet
         partitions = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in partitions]
         ends = await consumer.end_offsets(tps) if tps else {}
