@@ -3,12 +3,14 @@
 The ``fold`` agent reads raw bytes from ``engram.events``; decodes (bad bytes go
 to the dead-letter topic with the reason), skips what it has already applied,
 drops duplicate ``event_id``s, assigns the per-agent sequence and runs the
-processors. Then, in this order: the raw events and their memory changes are
-written to ClickHouse (one flush), the derived events are published to
-``engram.memory`` (the derived log that other projections and rebuilds consume),
-and the touched agents' states are written to the state table's changelog. Only
-then does the batch end, so offsets are committed after everything it produced
-is durable.
+processors. What the folds produce is flushed in groups by a :class:`Flusher`, one
+group at a time and in order, while the next batches are folded (group commit):
+the raw events and their memory changes are written to ClickHouse and the derived
+events published to ``engram.memory`` (the derived log that other projections and
+rebuilds consume); then the touched agents' states, as they were when the group
+closed, are written to the state table's changelog; only then are the group's
+messages acked, so offsets are committed after everything they produced is
+durable.
 
 Redelivery is harmless: each agent's stored state records the last offset it
 applied per source partition, so a batch delivered again after a crash is
@@ -18,6 +20,7 @@ crash is rewritten with the same rows and the same derived ids (idempotent).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -168,6 +171,107 @@ def derived_records(codec: Codec, derived: Sequence[Event]) -> list[Record]:
     ]
 
 
+@dataclass
+class Group:
+    """What a run of folded batches produced, flushed together."""
+
+    sequenced: list[SequencedEvent] = field(default_factory=list)
+    derived: list[DerivedEvent] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    touched: dict[str, int] = field(default_factory=dict)
+    messages: list[Any] = field(default_factory=list)
+    states: list[Record] = field(default_factory=list)
+
+    def absorb(self, result: FoldResult, messages: Sequence[Any]) -> None:
+        self.sequenced += result.sequenced
+        self.derived += result.derived
+        self.dead += result.dead
+        for agent_id, partition in result.touched.items():
+            self.touched.setdefault(agent_id, partition)
+        self.messages += messages
+
+
+@dataclass(frozen=True)
+class Sinks:
+    """Where a flush writes: the history and the three topics."""
+
+    history: ClickHouseHistory
+    writer: LogWriter
+    codec: Codec
+    memory_topic: str
+    dead_letter_topic: str
+    changelog_topic: str
+
+
+class Flusher:
+    """Flushes folded groups one at a time, in order, overlapping the next folds.
+
+    :meth:`add` never waits unless ``max_pending`` messages are waiting for a
+    flush (backpressure); :meth:`drain` returns when everything added is flushed
+    and acked. A flush never raises: every write is retried in place.
+    """
+
+    def __init__(self, folder: Folder, sinks: Sinks, consumer: Any, max_pending: int) -> None:
+        self.folder = folder
+        self.sinks = sinks
+        self.consumer = consumer
+        self.max_pending = max_pending
+        self.pending = Group()
+        self.task: asyncio.Future[None] | None = None
+
+    async def add(self, result: FoldResult, messages: Sequence[Any]) -> None:
+        self.pending.absorb(result, messages)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._flush_all())
+        elif len(self.pending.messages) >= self.max_pending:
+            await self.drain()
+
+    async def drain(self) -> None:
+        while self.pending.messages or (self.task is not None and not self.task.done()):
+            if self.task is None or self.task.done():
+                self.task = asyncio.ensure_future(self._flush_all())
+            await asyncio.shield(self.task)
+
+    def _close(self) -> Group:
+        """Take the pending group, with its agents' states as of now."""
+        group, self.pending = self.pending, Group()
+        group.states = self.folder.state_records(group.touched)
+        return group
+
+    async def _flush_all(self) -> None:
+        while self.pending.messages:
+            await self._flush(self._close())
+
+    async def _flush(self, group: Group) -> None:
+        started = time.perf_counter()
+        sinks = self.sinks
+        derived = derived_records(sinks.codec, group.derived)
+        dead = dead_letter_records(group.dead)
+        await asyncio.gather(
+            retry_in_place(
+                lambda: sinks.history.write(group.sequenced, group.derived), what="write history"
+            ),
+            retry_in_place(
+                lambda: sinks.writer.send(sinks.memory_topic, derived), what="publish derived"
+            ),
+            retry_in_place(
+                lambda: sinks.writer.send(sinks.dead_letter_topic, dead), what="dead letters"
+            ),
+        )
+        written = time.perf_counter()
+        await retry_in_place(
+            lambda: sinks.writer.send(sinks.changelog_topic, group.states), what="save agent state"
+        )
+        for message in group.messages:
+            message.ack(self.consumer)
+        log.debug(
+            "flushed %d messages: history and derived %.3fs, state %.3fs",
+            len(group.messages),
+            written - started,
+            time.perf_counter() - written,
+        )
+
+
 def register(
     app: faust.App,
     *,
@@ -178,6 +282,7 @@ def register(
     bootstrap: str,
     batch_size: int = 1000,
     within: float = 0.2,
+    max_pending: int = 20_000,
 ) -> faust.types.AgentT[bytes]:
     """Declare the state table and the fold agent on ``app``; return the agent."""
     table = cast(
@@ -190,65 +295,47 @@ def register(
             partitions=topics.events.partitions or app.conf.topic_partitions,
         ),
     )
-    folders: list[Folder] = []
+    flushers: list[Flusher] = []
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
-    async def forget_live_state(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
-        for folder in folders:
-            folder.live.clear()
+    async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
+        for flusher in flushers:
+            await flusher.drain()
+            flusher.folder.live.clear()
 
     @app.agent(topics.events, name="engram.fold")
     async def fold(stream: faust.StreamT[bytes]) -> None:
-        folder = Folder(table, codec, config)
-        folders[:] = [folder]
         writer = LogWriter(bootstrap)
-        names = (
+        sinks = Sinks(
+            history,
+            writer,
+            codec,
             topics.memory.get_topic_name(),
             topics.dead_letters.get_topic_name(),
             table.changelog_topic.get_topic_name(),
         )
+        flusher = Flusher(Folder(table, codec, config), sinks, app.consumer, max_pending)
+        flushers[:] = [flusher]
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                await fold_batch(folder, batch, history, codec, writer, *names)
+                await fold_batch(flusher, batch)
         finally:
+            if flusher.task is not None:
+                flusher.task.cancel()  # unacked messages are delivered again
             await writer.stop()
 
     return fold
 
 
-async def fold_batch(
-    folder: Folder,
-    batch: Sequence[faust.EventT[bytes]],
-    history: ClickHouseHistory,
-    codec: Codec,
-    writer: LogWriter,
-    memory_topic: str,
-    dead_letter_topic: str,
-    changelog_topic: str,
-) -> None:
-    """Fold, write history, publish, save state — in that order; never raises."""
+async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> None:
+    """Fold a batch and hand it to the flusher; its messages are acked by the flush
+    (one extra reference each keeps faust from acking them when the batch ends)."""
+    messages = [item.message for item in batch]
+    for message in messages:
+        message.incref()
     started = time.perf_counter()
-    result = folder.fold(batch)
-    folded = time.perf_counter()
-    if result.sequenced:
-        await retry_in_place(
-            lambda: history.write(result.sequenced, result.derived), what="write history"
-        )
-    written = time.perf_counter()
-    derived = derived_records(codec, result.derived)
-    await retry_in_place(lambda: writer.send(memory_topic, derived), what="publish derived")
-    dead = dead_letter_records(result.dead)
-    await retry_in_place(lambda: writer.send(dead_letter_topic, dead), what="dead letters")
-    published = time.perf_counter()
-    states = folder.state_records(result.touched)
-    await retry_in_place(lambda: writer.send(changelog_topic, states), what="save agent state")
-    log.debug(
-        "fold batch of %d: fold %.3fs, history %.3fs, publish %.3fs, state %.3fs",
-        len(batch),
-        folded - started,
-        written - folded,
-        published - written,
-        time.perf_counter() - published,
-    )
+    result = flusher.folder.fold(batch)
+    log.debug("folded %d messages in %.3fs", len(batch), time.perf_counter() - started)
+    await flusher.add(result, messages)
