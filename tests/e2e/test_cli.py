@@ -40,9 +40,12 @@ def demo_output(home: Path) -> subprocess.CompletedProcess[str]:
 def restarted(home: Path, demo_output: subprocess.CompletedProcess[str]) -> Iterator[Stack]:
     assert demo_output.returncode == 0, demo_output.stdout + demo_output.stderr
     stack = start_stack(home)
+    broker_pid = int(stack.up["broker_pid"])
+    assert Path(f"/proc/{broker_pid}").exists(), "the embedded broker runs as a child"
     yield stack
     assert stack.stop() == 0
     assert not (home / "up.json").exists(), "up.json is removed on exit"
+    wait_until(lambda: not Path(f"/proc/{broker_pid}").exists(), 10, "the broker to stop too")
 
 
 def test_demo_exits_zero_and_prints_its_table(

@@ -1,0 +1,343 @@
+"""Forgetting: how strongly an L2 memory is held, as a pure function of event time.
+
+Two curves, chosen by :attr:`ForgettingParams.curve`:
+
+* ``exponential`` (the seed's Ebbinghaus model): retention ``R = exp(-Δt / S)``,
+  ``Δt`` in days since the last reinforcement, ``S`` (``strength_days``) the
+  e-folding time. ``S`` starts from importance, is multiplied by
+  ``reinforce_factor`` (with diminishing returns) at each recall or positive
+  feedback, and by ``weaken_factor`` at each negative feedback.
+* ``fsrs``: the FSRS-6 model of the ``fsrs`` library. A memory is a card; a
+  reinforcement is a review rated ``Good``, a negative feedback (a correction) a
+  review rated ``Again`` (a lapse). Retention is the scheduler's retrievability,
+  a power curve counted in whole days since the card's last review; ``S`` is the
+  card's stability (the number of days until R falls to 0.9).
+
+Contract:
+
+* pure and deterministic: time comes only from the ``at`` arguments (aware
+  datetimes, normalised to UTC and truncated to the millisecond, the wire
+  precision); naive datetimes are a ``ValueError``. The ``fsrs`` library reads
+  the wall clock or ``random`` only when a datetime or card id is omitted or
+  fuzzing is on; this module always passes them and turns fuzzing off;
+* late arrival: a reinforcement or weakening whose ``at`` is earlier than the
+  trace's latest review takes effect at that review instead
+  (``t = max(at, latest)``), so a trace's times never go backwards; retention
+  asked for a time before the last review is 1.0;
+* retention is rounded to 6 decimals, so equal inputs give equal floats in JSON;
+* an invalidated trace stays invalidated (a later recall does not revive it).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Annotated, Literal, Self
+
+from fsrs import Card, Rating, Scheduler, State
+from pydantic import Field, model_validator
+
+from schemas.base import INT64_MAX, Model, UtcMillis
+
+Curve = Literal["exponential", "fsrs"]
+
+FSRS6_DEFAULT_WEIGHTS: tuple[float, ...] = (
+    0.212,
+    1.2931,
+    2.3065,
+    8.2956,
+    6.4133,
+    0.8334,
+    3.0194,
+    0.001,
+    1.8722,
+    0.1666,
+    0.796,
+    1.4835,
+    0.0614,
+    0.2629,
+    1.6483,
+    0.6014,
+    1.8729,
+    0.5425,
+    0.0912,
+    0.0658,
+    0.1542,
+)
+"""The FSRS-6 default weights of ``fsrs`` 6.3, pinned here so that a library
+upgrade cannot change replay without changing the config version."""
+
+FSRS_NEUTRAL_IMPORTANCE = 5.0
+"""The importance whose FSRS card starts with the library's own ``Good`` stability."""
+
+_FSRS_INITIAL_STABILITY = (0.001, 100.0)  # the bounds fsrs allows for weights 0..3
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DAY_SECONDS = 86_400.0
+
+Positive = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+class ForgettingParams(Model):
+    """Parameters of forgetting; part of the versioned memory config.
+
+    With the defaults, a memory that is never recalled is forgotten (R below the
+    curve's threshold at a tick) after about:
+
+    ============  =================  =============
+    importance    ``exponential``    ``fsrs``
+    ============  =================  =============
+    1             0.8 days           2 days
+    3             2.8 days           4 days
+    5             9.5 days           13 days
+    7             32 days            44 days
+    9             110 days (~3.6 m)  151 days (~5 m)
+    10            204 days           279 days
+    ============  =================  =============
+
+    ``exponential``: ``S = base_strength_days * importance_factor ** (importance - 1)``
+    (importance clamped to 1..10) and a memory is forgotten after
+    ``S * ln(1 / threshold)`` days; each recall multiplies ``S`` by
+    ``1 + (reinforce_factor - 1) * reinforce_damping ** n`` (``n`` = earlier
+    recalls: 1.8, 1.72, 1.65, ...); each negative feedback by ``weaken_factor``.
+
+    ``fsrs``: the card is reviewed ``Good`` at creation with the initial
+    stability ``w[2] * importance_factor ** (importance - 5)`` (the library's
+    own value at importance 5, clamped to 0.001..100 days) and is forgotten when
+    its retrievability falls below ``fsrs_threshold``. FSRS's power curve has a
+    long tail (R is still 0.5 after ~90 S), so the exponential ``threshold``
+    would keep every FSRS memory for decades; hence its own threshold.
+    ``fsrs_desired_retention`` only sets the card's ``due`` (when FSRS would ask
+    for the next review); it does not change retention.
+    """
+
+    curve: Curve = "exponential"
+    threshold: Fraction = 0.2
+    base_strength_days: Positive = 0.5
+    importance_factor: Annotated[float, Field(ge=1)] = 1.85
+    reinforce_factor: Annotated[float, Field(gt=1)] = 1.8
+    reinforce_damping: Annotated[float, Field(gt=0, le=1)] = 0.9
+    weaken_factor: Fraction = 0.5
+    min_strength_days: Positive = 0.01
+    max_strength_days: Positive = 36_500.0
+    invalidate_after: Annotated[int, Field(ge=1, le=INT64_MAX)] = 3
+    fsrs_threshold: Fraction = 0.75
+    fsrs_desired_retention: Fraction = 0.9
+    fsrs_weights: tuple[float, ...] = FSRS6_DEFAULT_WEIGHTS
+    fsrs_maximum_interval_days: Annotated[int, Field(ge=1, le=36_500)] = 36_500
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.min_strength_days > self.max_strength_days:
+            raise ValueError("min_strength_days must not exceed max_strength_days")
+        _scheduler(self)  # fsrs validates the weights (count and bounds)
+        return self
+
+    @property
+    def forget_below(self) -> float:
+        """The retention under which an unprotected memory is forgotten, for this curve."""
+        return self.fsrs_threshold if self.curve == "fsrs" else self.threshold
+
+
+class FsrsCard(Model):
+    """Everything ``fsrs.Card`` holds, so the card is rebuilt exactly."""
+
+    card_id: int
+    state: Annotated[int, Field(ge=1, le=3)]
+    step: Annotated[int, Field(ge=0)] | None
+    stability: Positive | None
+    difficulty: Positive | None
+    due: UtcMillis
+    last_review: UtcMillis | None
+
+
+class Trace(Model):
+    """The forgetting state of one memory.
+
+    ``strength_days`` is ``S`` (for ``fsrs``, the card's stability);
+    ``last_reinforced_at`` the creation or latest reinforcement (a weakening does
+    not move it); ``card`` is set only under the ``fsrs`` curve.
+    """
+
+    strength_days: Positive
+    last_reinforced_at: UtcMillis
+    reinforcements: Count = 0
+    lapses: Count = 0
+    invalidated: bool = False
+    card: FsrsCard | None = None
+
+
+def new_trace(importance: float, at: datetime, params: ForgettingParams) -> Trace:
+    """The trace of a memory created at ``at`` with ``importance`` (clamped to 1..10)."""
+    at = _instant(at)
+    level = min(max(importance, 1.0), 10.0)
+    if params.curve == "fsrs":
+        initial = params.fsrs_weights[2] * params.importance_factor ** (
+            level - FSRS_NEUTRAL_IMPORTANCE
+        )
+        low, high = _FSRS_INITIAL_STABILITY
+        scheduler = _creation_scheduler(params, min(max(initial, low), high))
+        blank = Card(card_id=_millis(at), state=State.Learning, step=0, due=at)
+        card, _ = scheduler.review_card(blank, Rating.Good, review_datetime=at)
+        stored = _stored(card)
+        return Trace(strength_days=_stability(stored), last_reinforced_at=at, card=stored)
+    strength = params.base_strength_days * params.importance_factor ** (level - 1.0)
+    return Trace(strength_days=_bounded(strength, params), last_reinforced_at=at)
+
+
+def retention(trace: Trace, at: datetime, params: ForgettingParams) -> float:
+    """R in [0, 1] at ``at``; 1.0 at (or before) the last review."""
+    at = _instant(at)
+    if params.curve == "fsrs":
+        value = _scheduler(params).get_card_retrievability(_card(trace), current_datetime=at)
+    else:
+        _no_card(trace)
+        days = (at - trace.last_reinforced_at).total_seconds() / _DAY_SECONDS
+        value = math.exp(-max(days, 0.0) / trace.strength_days)
+    return round(min(max(value, 0.0), 1.0), 6)
+
+
+def reinforce(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
+    """A recall or positive feedback: a successful review; ``S`` does not shrink."""
+    at = max(_instant(at), _latest(trace))
+    counted = {"last_reinforced_at": at, "reinforcements": trace.reinforcements + 1}
+    if params.curve == "fsrs":
+        card, _ = _scheduler(params).review_card(_card(trace), Rating.Good, review_datetime=at)
+        return _with_card(trace.model_copy(update=counted), card)
+    _no_card(trace)
+    gain = (params.reinforce_factor - 1.0) * params.reinforce_damping**trace.reinforcements
+    strength = _bounded(trace.strength_days * (1.0 + gain), params)
+    return trace.model_copy(update={**counted, "strength_days": strength})
+
+
+def weaken(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
+    """A negative feedback or correction: a lapse; invalidates at ``invalidate_after``."""
+    at = max(_instant(at), _latest(trace))
+    lapses = trace.lapses + 1
+    counted = {
+        "lapses": lapses,
+        "invalidated": trace.invalidated or lapses >= params.invalidate_after,
+    }
+    if params.curve == "fsrs":
+        card, _ = _scheduler(params).review_card(_card(trace), Rating.Again, review_datetime=at)
+        return _with_card(trace.model_copy(update=counted), card)
+    _no_card(trace)
+    strength = _bounded(trace.strength_days * params.weaken_factor, params)
+    return trace.model_copy(update={**counted, "strength_days": strength})
+
+
+def should_forget(trace: Trace, at: datetime, params: ForgettingParams, *, protected: bool) -> bool:
+    """Whether a tick at ``at`` forgets the memory: never if ``protected`` (L3,
+    flashbulb, promoted), always if invalidated, else when R < the curve's threshold."""
+    if protected:
+        return False
+    if trace.invalidated:
+        return True
+    return retention(trace, at, params) < params.forget_below
+
+
+def _instant(at: datetime) -> datetime:
+    """``at`` in UTC at millisecond precision; a naive datetime is an error."""
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(f"forgetting needs an aware datetime, got {at!r}")
+    at = at.astimezone(UTC)
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def _millis(at: datetime) -> int:
+    return (at - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _bounded(strength: float, params: ForgettingParams) -> float:
+    return min(max(strength, params.min_strength_days), params.max_strength_days)
+
+
+def _latest(trace: Trace) -> datetime:
+    """The latest review: a weakening moves the FSRS card's review, not the reinforcement."""
+    last = trace.card.last_review if trace.card else None
+    return trace.last_reinforced_at if last is None else max(trace.last_reinforced_at, last)
+
+
+def _no_card(trace: Trace) -> None:
+    if trace.card is not None:
+        raise ValueError("this trace was made by the fsrs curve, not the exponential one")
+
+
+def _card(trace: Trace) -> Card:
+    stored = trace.card
+    if stored is None:
+        raise ValueError("this trace was made by the exponential curve, not the fsrs one")
+    return Card(
+        card_id=stored.card_id,
+        state=State(stored.state),
+        step=stored.step,
+        stability=stored.stability,
+        difficulty=stored.difficulty,
+        due=stored.due,
+        last_review=stored.last_review,
+    )
+
+
+def _stored(card: Card) -> FsrsCard:
+    return FsrsCard(
+        card_id=card.card_id,
+        state=int(card.state),
+        step=card.step,
+        stability=card.stability,
+        difficulty=card.difficulty,
+        due=card.due,
+        last_review=card.last_review,
+    )
+
+
+def _stability(card: FsrsCard) -> float:
+    if card.stability is None:  # fsrs sets it at the first review, which new_trace makes
+        raise ValueError("an fsrs card without stability was never reviewed")
+    return card.stability
+
+
+def _with_card(trace: Trace, card: Card) -> Trace:
+    stored = _stored(card)
+    return trace.model_copy(update={"card": stored, "strength_days": _stability(stored)})
+
+
+@lru_cache(maxsize=64)
+def _scheduler(params: ForgettingParams) -> Scheduler:
+    """The deterministic scheduler: no fuzzing, no intra-day (re)learning steps."""
+    return _build_scheduler(params, params.fsrs_weights)
+
+
+@lru_cache(maxsize=256)
+def _creation_scheduler(params: ForgettingParams, initial_stability: float) -> Scheduler:
+    """The scheduler of a card's first review: weight 2 (the initial stability of a
+    ``Good`` first review) carries the memory's importance."""
+    weights = list(params.fsrs_weights)
+    weights[2] = initial_stability
+    return _build_scheduler(params, tuple(weights))
+
+
+def _build_scheduler(params: ForgettingParams, weights: tuple[float, ...]) -> Scheduler:
+    return Scheduler(
+        parameters=weights,
+        desired_retention=params.fsrs_desired_retention,
+        learning_steps=(),
+        relearning_steps=(),
+        maximum_interval=params.fsrs_maximum_interval_days,
+        enable_fuzzing=False,
+    )
+
+
+__all__ = [
+    "FSRS6_DEFAULT_WEIGHTS",
+    "Curve",
+    "ForgettingParams",
+    "FsrsCard",
+    "Trace",
+    "new_trace",
+    "reinforce",
+    "retention",
+    "should_forget",
+    "weaken",
+]

@@ -1,0 +1,237 @@
+"""L4 of one agent: the versioned persona document and the skills record.
+
+Both are deterministic folds over events in log order; time comes only from
+events' ``occurred_at``. Each is built from its serialised state and gives it back
+with ``state()``, so a fold can stop after any event and resume exactly.
+
+Persona merge rule (``persona.updated``):
+
+* ``name`` / ``description`` / ``style`` left None keep their previous value; any
+  string, the empty string included, replaces it;
+* ``preferences`` merge by key: a non-empty value sets the key, an **empty-string
+  value removes the key** (removing an absent key does nothing);
+* an update that leaves the document unchanged makes no version.
+
+Skills rule (``tool.called`` / ``tool.result``, keyed by tool name):
+
+* a call is one use; a result counts a success (``ok``) or a failure;
+* a result is matched to the open call with the same ``(tool, call_id)``; a result
+  without one (its call was never seen, already answered, or forgotten: at most
+  :data:`MAX_OPEN_CALLS` calls are kept open, oldest forgotten first) is also a use;
+* ``last_used_at`` is the latest time of a use (a call or an unmatched result).
+
+Late arrival: times never go back. A version's ``updated_at`` and a skill's
+``last_used_at`` are ``max(previous, occurred_at)``, so versions stay ordered by time
+and :meth:`Persona.at` is a search over them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from datetime import datetime
+from typing import Annotated
+from uuid import UUID
+
+from pydantic import Field
+
+from schemas import Event, Model, PersonaBody, PersonaUpdated, ToolCalled, ToolResult
+from schemas.base import INT64_MAX, UtcMillis
+
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+MAX_OPEN_CALLS = 1024
+"""Calls awaiting their result that the skills record keeps; bounds its state."""
+
+
+# -- persona --------------------------------------------------------------------------
+
+
+class PersonaVersion(Model):
+    """The whole persona document as of one update; ``version`` counts from 1."""
+
+    version: Annotated[int, Field(ge=1, le=INT64_MAX)]
+    name: str | None = None
+    description: str | None = None
+    style: str | None = None
+    preferences: dict[str, str] = {}
+    updated_at: UtcMillis
+    source_event_id: UUID
+
+    def content(self) -> tuple[str | None, str | None, str | None, dict[str, str]]:
+        """What the document says, without its version bookkeeping."""
+        return self.name, self.description, self.style, self.preferences
+
+
+class PersonaState(Model):
+    """Serialised persona of one agent: every version, oldest first."""
+
+    versions: list[PersonaVersion] = []
+
+
+def merge_preferences(old: dict[str, str], update: dict[str, str]) -> dict[str, str]:
+    """``old`` with ``update`` merged by key; an empty-string value removes the key.
+
+    The result's keys are sorted, so equal preferences serialise identically.
+    """
+    merged = {**old, **update}
+    return {k: v for k, v in sorted(merged.items()) if v != ""}
+
+
+class Persona:
+    """The live fold of one agent's persona document; versions are kept."""
+
+    def __init__(self, state: PersonaState | None = None) -> None:
+        self.versions: list[PersonaVersion] = list((state or PersonaState()).versions)
+
+    def apply(self, event: Event) -> PersonaVersion | None:
+        """Fold one event; the new version, or None (other types, no change)."""
+        if not isinstance(event, PersonaUpdated):
+            return None
+        candidate = self._merge(event.body, event)
+        previous = self.current()
+        if previous is not None and candidate.content() == previous.content():
+            return None
+        if previous is None and candidate.content() == (None, None, None, {}):
+            return None
+        self.versions.append(candidate)
+        return candidate
+
+    def _merge(self, body: PersonaBody, event: PersonaUpdated) -> PersonaVersion:
+        """The version ``body`` would make on top of the current one."""
+        previous = self.current()
+        base = previous or PersonaVersion(
+            version=1, updated_at=event.occurred_at, source_event_id=event.event_id
+        )
+        return PersonaVersion(
+            version=previous.version + 1 if previous else 1,
+            name=_keep(body.name, base.name),
+            description=_keep(body.description, base.description),
+            style=_keep(body.style, base.style),
+            preferences=merge_preferences(base.preferences, body.preferences),
+            updated_at=max(base.updated_at, event.occurred_at),
+            source_event_id=event.event_id,
+        )
+
+    def current(self) -> PersonaVersion | None:
+        """The latest version, or None before the first update."""
+        return self.versions[-1] if self.versions else None
+
+    def at(self, moment: datetime) -> PersonaVersion | None:
+        """The version in force at ``moment`` (aware): the last one updated at or before it."""
+        i = bisect_right(self.versions, moment, key=lambda v: v.updated_at)
+        return self.versions[i - 1] if i else None
+
+    def state(self) -> PersonaState:
+        """Serialisable snapshot; ``Persona(state)`` resumes exactly here."""
+        return PersonaState(versions=list(self.versions))
+
+
+def _keep(new: str | None, old: str | None) -> str | None:
+    """``new`` unless it was left out (None)."""
+    return old if new is None else new
+
+
+# -- skills ---------------------------------------------------------------------------
+
+
+class SkillRecord(Model):
+    """How one tool has been used. ``success_rate`` is ``successes / (successes +
+    failures)``, None before any result; build records with :meth:`of` to keep it so."""
+
+    name: str
+    uses: Count = 0
+    successes: Count = 0
+    failures: Count = 0
+    last_used_at: UtcMillis | None = None
+    success_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+
+    @classmethod
+    def of(
+        cls, name: str, uses: int, successes: int, failures: int, last_used_at: datetime | None
+    ) -> SkillRecord:
+        """A record with its ``success_rate`` computed from the counts."""
+        results = successes + failures
+        return cls(
+            name=name,
+            uses=uses,
+            successes=successes,
+            failures=failures,
+            last_used_at=last_used_at,
+            success_rate=successes / results if results else None,
+        )
+
+
+class OpenCall(Model):
+    """A ``tool.called`` whose result has not been seen yet."""
+
+    tool: str
+    call_id: str
+
+
+class SkillsState(Model):
+    """Serialised skills of one agent: records sorted by name, open calls oldest first."""
+
+    skills: list[SkillRecord] = []
+    open_calls: list[OpenCall] = []
+
+
+class Skills:
+    """The live fold of one agent's skills record; see the module docstring."""
+
+    def __init__(self, state: SkillsState | None = None) -> None:
+        state = state or SkillsState()
+        self.records = {r.name: r for r in state.skills}
+        self.open_calls: dict[tuple[str, str], None] = dict.fromkeys(
+            (c.tool, c.call_id) for c in state.open_calls
+        )
+
+    def apply(self, event: Event) -> SkillRecord | None:
+        """Fold one event; the tool's updated record, or None for other types."""
+        match event:
+            case ToolCalled(body=body):
+                self._open((body.tool, body.call_id))
+                return self._update(body.tool, event.occurred_at, use=True)
+            case ToolResult(body=body):
+                matched = (body.tool, body.call_id) in self.open_calls
+                self.open_calls.pop((body.tool, body.call_id), None)
+                return self._update(body.tool, event.occurred_at, use=not matched, ok=body.ok)
+            case _:
+                return None
+
+    def _open(self, call: tuple[str, str]) -> None:
+        """Remember a call (as the newest), forgetting the oldest beyond the bound."""
+        self.open_calls.pop(call, None)
+        self.open_calls[call] = None
+        if len(self.open_calls) > MAX_OPEN_CALLS:
+            del self.open_calls[next(iter(self.open_calls))]
+
+    def _update(self, tool: str, at: datetime, *, use: bool, ok: bool | None = None) -> SkillRecord:
+        """Count a use and/or a result of ``tool`` at ``at``; store and return the record."""
+        old = self.records.get(tool) or SkillRecord(name=tool)
+        last = old.last_used_at
+        if use:
+            last = at if last is None else max(last, at)
+        record = SkillRecord.of(
+            tool,
+            old.uses + int(use),
+            old.successes + int(ok is True),
+            old.failures + int(ok is False),
+            last,
+        )
+        self.records[tool] = record
+        return record
+
+    def get(self, name: str) -> SkillRecord | None:
+        """The record of tool ``name``, or None if it was never used."""
+        return self.records.get(name)
+
+    def all(self) -> list[SkillRecord]:
+        """Every record, sorted by tool name."""
+        return [self.records[name] for name in sorted(self.records)]
+
+    def state(self) -> SkillsState:
+        """Serialisable snapshot; ``Skills(state)`` resumes exactly here."""
+        return SkillsState(
+            skills=self.all(),
+            open_calls=[OpenCall(tool=t, call_id=c) for t, c in self.open_calls],
+        )
