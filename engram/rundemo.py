@@ -86,7 +86,8 @@ def wait_for_history(url: str, ids: list[str], timeout: float) -> None:
     wanted = len(ids)
     query = (
         "SELECT (SELECT count() FROM events FINAL WHERE event_id IN {ids:Array(UUID)}),"
-        " (SELECT count() FROM memory_changes FINAL WHERE source_event_id IN {ids:Array(UUID)})"
+        " (SELECT uniqExact(source_event_id) FROM memory_changes"
+        " WHERE source_event_id IN {ids:Array(UUID)})"
     )
     deadline = time.monotonic() + timeout
     try:

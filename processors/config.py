@@ -13,6 +13,10 @@ from typing import Annotated
 
 from pydantic import Field
 
+from processors.episodes import EpisodeParams
+from processors.forgetting import ForgettingParams
+from processors.memories import PromotionParams
+from processors.scoring import ScoringParams
 from schemas import Model
 
 
@@ -24,6 +28,10 @@ class MemoryConfig(Model):
     name: str = "default"
     dedupe_window: Annotated[int, Field(ge=1)] = 512
     working_turns: Annotated[int, Field(ge=1)] = 20
+    episodes: EpisodeParams = EpisodeParams()
+    scoring: ScoringParams = ScoringParams()
+    forgetting: ForgettingParams = ForgettingParams()
+    promotion: PromotionParams = PromotionParams()
 
     @cached_property
     def version(self) -> str:

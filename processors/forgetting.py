@@ -114,15 +114,21 @@ class ForgettingParams(Model):
     """
 
     curve: Curve = "exponential"
+    # exponential curve: forget when R < threshold
     threshold: Fraction = 0.2
+    # S of an importance-1 memory; each importance point multiplies it (both curves)
     base_strength_days: Positive = 0.5
     importance_factor: Annotated[float, Field(ge=1)] = 1.85
+    # S multiplier of the first recall, its excess over 1 damped per earlier recall
     reinforce_factor: Annotated[float, Field(gt=1)] = 1.8
     reinforce_damping: Annotated[float, Field(gt=0, le=1)] = 0.9
+    # S multiplier of a negative feedback; S stays within [min, max]_strength_days
     weaken_factor: Fraction = 0.5
     min_strength_days: Positive = 0.01
     max_strength_days: Positive = 36_500.0
+    # this many negative feedbacks invalidate a memory (both curves)
     invalidate_after: Annotated[int, Field(ge=1, le=INT64_MAX)] = 3
+    # fsrs curve: forget when R < fsrs_threshold; scheduler settings
     fsrs_threshold: Fraction = 0.75
     fsrs_desired_retention: Fraction = 0.9
     fsrs_weights: tuple[float, ...] = FSRS6_DEFAULT_WEIGHTS

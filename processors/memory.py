@@ -15,9 +15,32 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from processors.config import MemoryConfig
+from processors.episodes import Episodes, EpisodesState
+from processors.facts import Facts, FactsState
 from processors.ids import derived_id
+from processors.memories import Change, Memories, MemoryItem
+from processors.persona import Persona, PersonaState, Skills, SkillsState
 from processors.working import SessionState, WorkingMemory
-from schemas import DerivedEvent, Event, Model, WorkingUpdated
+from schemas import (
+    ClockTicked,
+    DerivedEvent,
+    EpisodeClosed,
+    Event,
+    FactAsserted,
+    FactRetracted,
+    FactSet,
+    FeedbackGiven,
+    MemoryRecalled,
+    Model,
+    PersonaUpdated,
+    PersonaVersionBody,
+    PersonaVersioned,
+    SkillBody,
+    SkillUpdated,
+    ToolCalled,
+    ToolResult,
+    WorkingUpdated,
+)
 
 
 class AgentState(Model):
@@ -31,6 +54,11 @@ class AgentState(Model):
     seq: int = -1
     recent_ids: str = ""
     sessions: list[SessionState] = []
+    episodes: EpisodesState = EpisodesState()
+    memories: list[MemoryItem] = []
+    facts: FactsState = FactsState()
+    persona: PersonaState = PersonaState()
+    skills: SkillsState = SkillsState()
 
     def recent(self) -> list[bytes]:
         packed = base64.b64decode(self.recent_ids)
@@ -55,6 +83,11 @@ class AgentMemory:
         self.recent: deque[bytes] = deque(state.recent(), maxlen=config.dedupe_window)
         self.recent_set = set(self.recent)
         self.working = WorkingMemory(state.sessions, config.working_turns)
+        self.episodes = Episodes(state.episodes, config.episodes, config.scoring)
+        self.memories = Memories(state.memories, config.forgetting, config.promotion)
+        self.facts = Facts(state.facts)
+        self.persona = Persona(state.persona)
+        self.skills = Skills(state.skills)
 
     @classmethod
     def empty(cls, agent_id: str, config: MemoryConfig) -> AgentMemory:
@@ -76,22 +109,64 @@ class AgentMemory:
         self.recent_set.add(key)
 
     def _derive(self, event: Event) -> tuple[DerivedEvent, ...]:
-        body = self.working.apply(event)
-        if body is None:
-            return ()
-        return (
-            WorkingUpdated(
-                event_id=derived_id(event.event_id, 0),
+        changes = self._changes(event)
+        return tuple(
+            kind(  # every derived type has a typed ``body``; the pairs are built to match
+                event_id=derived_id(event.event_id, idx),
                 agent_id=event.agent_id,
                 session_id=event.session_id,
                 user_id=event.user_id,
                 occurred_at=event.occurred_at,
                 source_event_id=event.event_id,
                 seq=self.seq,
+                idx=idx,
                 config_version=self.config.version,
-                body=body,
-            ),
+                body=body,  # type: ignore[call-arg]  # DerivedEvent subclasses declare body
+            )
+            for idx, (kind, body) in enumerate(changes)
         )
+
+    def _changes(self, event: Event) -> list[Change]:
+        """Every memory change ``event`` makes, in a fixed order: working memory,
+        episodes and their memories, reinforcement, forgetting, facts, persona, skills."""
+        changes: list[Change] = []
+        working = self.working.apply(event)
+        if working is not None:
+            changes.append((WorkingUpdated, working))
+        episodes = self.episodes.apply(event)
+        changes += [(EpisodeClosed, body) for body in episodes.closed]
+        for new in episodes.memories:
+            changes += self.memories.create(new)
+        changes += self._long_term(event)
+        return changes
+
+    def _long_term(self, event: Event) -> list[Change]:
+        at = event.occurred_at
+        match event:
+            case MemoryRecalled(body=body):
+                return self.memories.recalled(body.memory_ids, at, "recalled")
+            case FeedbackGiven(body=body) if body.useful:
+                return self.memories.recalled([body.memory_id], at, "useful feedback")
+            case FeedbackGiven(body=body):
+                return self.memories.corrected(
+                    body.memory_id, at, body.correction or "negative feedback"
+                )
+            case ClockTicked():
+                return self.memories.sweep(at)
+            case FactAsserted() | FactRetracted():
+                fact = self.facts.apply(event)
+                return [] if fact is None else [(FactSet, fact)]
+            case PersonaUpdated():
+                version = self.persona.apply(event)
+                if version is None:
+                    return []
+                doc = PersonaVersionBody(**version.model_dump(exclude={"source_event_id"}))
+                return [(PersonaVersioned, doc)]
+            case ToolCalled() | ToolResult():
+                skill = self.skills.apply(event)
+                return [] if skill is None else [(SkillUpdated, SkillBody(**skill.model_dump()))]
+            case _:
+                return []
 
     def state(self) -> AgentState:
         return AgentState(
@@ -99,6 +174,11 @@ class AgentMemory:
             seq=self.seq,
             recent_ids=base64.b64encode(b"".join(self.recent)).decode(),
             sessions=self.working.state(),
+            episodes=self.episodes.state(),
+            memories=self.memories.state(),
+            facts=self.facts.state(),
+            persona=self.persona.state(),
+            skills=self.skills.state(),
         )
 
 

@@ -105,6 +105,7 @@ class FactSetBody(Model):
     value: str | None = None
     valid_from: UtcMillis
     previous_value: str | None = None
+    confidence: Unit | None = None
 
 
 class FactSet(DerivedEvent):
@@ -160,6 +161,40 @@ class MemoryEmbedded(DerivedEvent):
     body: EmbeddedBody
 
 
+class PersonaVersionBody(Model):
+    """The whole persona document as of this version (versions count from 1)."""
+
+    version: Annotated[int, Field(ge=1, le=INT64_MAX)]
+    name: str | None = None
+    description: str | None = None
+    style: str | None = None
+    preferences: dict[str, str] = {}
+    updated_at: UtcMillis
+
+
+class PersonaVersioned(DerivedEvent):
+    TYPE: ClassVar[str] = "persona.versioned"
+    type: Literal["persona.versioned"] = "persona.versioned"
+    body: PersonaVersionBody
+
+
+class SkillBody(Model):
+    """A tool's record as procedural memory (L4) after this use or result."""
+
+    name: str
+    uses: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    successes: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    failures: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    last_used_at: UtcMillis | None = None
+    success_rate: Unit | None = None
+
+
+class SkillUpdated(DerivedEvent):
+    TYPE: ClassVar[str] = "skill.updated"
+    type: Literal["skill.updated"] = "skill.updated"
+    body: SkillBody
+
+
 DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     MemoryCreated,
     MemoryReinforced,
@@ -170,4 +205,6 @@ DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     FactSet,
     WorkingUpdated,
     MemoryEmbedded,
+    PersonaVersioned,
+    SkillUpdated,
 )

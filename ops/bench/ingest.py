@@ -90,7 +90,10 @@ def decode_rate(payloads: list[tuple[bytes, bytes]]) -> float:
 def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
     """Poll until ClickHouse holds ``n`` events and ``n`` memory changes; return the time."""
     deadline = time.monotonic() + timeout
-    query = "SELECT least((SELECT count() FROM events), (SELECT count() FROM memory_changes))"
+    query = (
+        "SELECT least((SELECT count() FROM events),"
+        " (SELECT countIf(type = 'working.updated') FROM memory_changes))"
+    )
     while time.monotonic() < deadline:
         if stack.count(query) >= n:
             return time.perf_counter()

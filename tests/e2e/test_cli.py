@@ -84,7 +84,8 @@ def test_restart_restores_the_log_and_continues_the_sequence(restarted: Stack) -
     assert wait_until(seq_of_new_event, 60, "the new event") == before + 1
     assert restarted.scalar("SELECT count() FROM events FINAL") == DEMO_COUNT + 1
     changes = restarted.scalar(
-        "SELECT count() FROM memory_changes FINAL WHERE agent_id = 'travel-agent'"
+        "SELECT count() FROM memory_changes FINAL"
+        " WHERE agent_id = 'travel-agent' AND type = 'working.updated'"
     )
     assert changes == before + 2, "every event of the agent made one working-memory change"
 

@@ -46,7 +46,9 @@ def count_events(stack: Stack, agent_id: str) -> int:
 def count_changes(stack: Stack, agent_id: str) -> int:
     return int(
         stack.scalar(
-            "SELECT count() FROM memory_changes FINAL WHERE agent_id = {a:String}", a=agent_id
+            "SELECT count() FROM memory_changes FINAL"
+            " WHERE agent_id = {a:String} AND type = 'working.updated'",
+            a=agent_id,
         )
     )
 
@@ -69,7 +71,8 @@ def test_published_events_reach_clickhouse_in_sequence(stack: Stack) -> None:
     deltas = [
         json.loads(body)
         for (body,) in stack.rows(
-            "SELECT body FROM memory_changes FINAL WHERE agent_id = {a:String} ORDER BY seq",
+            "SELECT body FROM memory_changes FINAL"
+            " WHERE agent_id = {a:String} AND type = 'working.updated' ORDER BY seq",
             a=agent_id,
         )
     ]

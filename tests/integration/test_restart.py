@@ -56,7 +56,12 @@ def test_kill_minus_nine_and_resume_loses_nothing_and_repeats_nothing(tmp_path: 
                 f"{total} events after the restart",
             )
             wait_until(
-                lambda: second.scalar("SELECT count() FROM memory_changes FINAL") == total,
+                lambda: (
+                    second.scalar(
+                        "SELECT count() FROM memory_changes FINAL WHERE type = 'working.updated'"
+                    )
+                    == total
+                ),
                 60,
                 "one working-memory change per event",
             )

@@ -299,7 +299,8 @@ def test_sequence_and_ids_over_a_log(log: list[Event], config: MemoryConfig) -> 
     assert len({d.event_id for d in derived}) == len(derived)
     assert all(d.config_version == config.version for d in derived)
     for d in derived:
-        assert isinstance(d, WorkingUpdated)
+        if not isinstance(d, WorkingUpdated):
+            continue  # the other processors have tests of their own
         assert d.body.size <= config.working_turns
         assert len(d.body.added) <= 1
         assert d.body.evicted <= config.working_turns
@@ -375,7 +376,8 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
     actual = []
     for event in log:
         for d in memory.apply(event).derived:
-            assert isinstance(d, WorkingUpdated)
+            if not isinstance(d, WorkingUpdated):
+                continue
             body = d.body
             for t in body.added:
                 assert t.tokens == estimate_tokens(t.content)

@@ -1,0 +1,589 @@
+"""Deterministic default scorer of turns and episodes, for English and Chinese.
+
+Everything here is a pure function of its inputs and of :class:`ScoringParams`:
+no model, no segmenter, no clock, so a replay scores every turn exactly as the
+first run did. The lexicons are small and transparent on purpose; an agent that
+knows better supplies ``importance`` / ``sentiment`` / ``confidence`` in the
+event, and :func:`score_turn` lets those values win.
+
+Text is compared after :func:`normalise`: NFKC (full-width Latin, digits and
+punctuation become ASCII), case folding, curly apostrophes made straight and
+whitespace runs collapsed. Lexicon keys are normalised the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Annotated
+
+from pydantic import Field
+
+from schemas import Model
+
+CJK = (
+    "\u3005\u3007"  # 々 〇
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\uac00-\ud7af"  # hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U0003134f"  # CJK extensions B-H
+)
+"""Character ranges (inside a regex class) tokenised as unigrams + bigrams."""
+
+_TOKEN = re.compile(
+    rf"(?P<cjk>[{CJK}]+)"
+    r"|(?P<num>\d+(?:[.,:/-]\d+)+)"
+    rf"|(?P<word>[^\W_{CJK}]+(?:'[^\W_{CJK}]+)*)"
+)
+_CJK_CHAR = re.compile(f"[{CJK}]")
+_WORD = re.compile(rf"[^\W_{CJK}]+(?:'[^\W_{CJK}]+)*")
+_SPACES = re.compile(r"\s+")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+_CLAUSE_END = re.compile(r"[,.;:!?\n、。，；：！？]")
+_LATIN_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
+
+
+def normalise(text: str) -> str:
+    """NFKC, case-folded, straight apostrophes, single spaces, stripped.
+
+    Idempotent in practice and the common ground of every lexicon match.
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
+    return _SPACES.sub(" ", folded).strip()
+
+
+Spans = list[tuple[int, int]]
+
+
+def word_spans(norm: str) -> Spans:
+    """``(start, end)`` of each non-CJK word of a normalised text (digits included)."""
+    return [m.span() for m in _WORD.finditer(norm)]
+
+
+def tokenize(text: str) -> list[str]:
+    """Word tokens of ``text`` in reading order, for scoring and for BM25.
+
+    - The text is :func:`normalise`-d first (NFKC + case folding), so ``"Ｈｅｌｌｏ"``
+      and ``"hello"`` give the same token.
+    - A Latin (or any space-delimited script) word is one token; inner apostrophes
+      stay (``"don't"``), underscores and other punctuation split and are dropped.
+    - Numbers joined by ``. , : / -`` stay whole: ``"3.5"``, ``"14:30"``, ``"2024-06-01"``.
+    - A run of CJK characters (Han, kana, hangul) yields, for each character, its
+      unigram followed by the bigram it starts: ``"京都"`` -> ``["京", "京都", "都"]``.
+      That is the segmenter-free indexing used for Chinese retrieval (every word of
+      one or two characters is matched exactly, longer words by their bigrams).
+
+    Pure and deterministic; an empty or punctuation-only text gives ``[]``.
+    """
+    tokens: list[str] = []
+    for match in _TOKEN.finditer(normalise(text)):
+        run = match.group("cjk")
+        if run is None:
+            tokens.append(match.group())
+        else:
+            tokens.extend(_cjk_grams(run))
+    return tokens
+
+
+def _cjk_grams(run: str) -> Iterator[str]:
+    """Unigrams and bigrams of a CJK run, each unigram followed by its bigram."""
+    for i, char in enumerate(run):
+        yield char
+        if i + 1 < len(run):
+            yield run[i : i + 2]
+
+
+# --- lexicons -----------------------------------------------------------------
+
+IMPORTANCE_MARKERS: Mapping[str, float] = {
+    # English
+    "remember": 2.0, "don't forget": 2.0, "dont forget": 2.0, "do not forget": 2.0,
+    "important": 2.0, "importantly": 1.5, "crucial": 2.0, "critical": 2.0,
+    "essential": 1.5, "urgent": 2.0, "asap": 1.5, "always": 1.0, "never": 1.0,
+    "must": 1.5, "make sure": 1.5, "deadline": 2.0, "due": 1.0, "allergic": 3.0,
+    "allergy": 3.0, "allergies": 3.0, "password": 2.5, "pin": 1.5, "birthday": 2.0,
+    "anniversary": 2.0, "wedding": 1.5, "married": 1.5, "pregnant": 2.0,
+    "diagnosed": 2.5, "hospital": 1.5, "emergency": 2.5, "address": 1.0,
+    "phone number": 1.0, "promise": 1.5, "prefer": 1.0, "preference": 1.0,
+    "favorite": 1.0, "favourite": 1.0,
+    # Chinese
+    "记住": 2.0, "别忘": 2.0, "不要忘": 2.0, "重要": 2.0, "关键": 1.5, "紧急": 2.0,
+    "一定": 1.5, "千万": 1.5, "务必": 1.5, "必须": 1.5, "永远": 1.0, "从不": 1.0,
+    "绝不": 1.0, "总是": 1.0, "过敏": 3.0, "截止": 2.0, "期限": 1.5, "生日": 2.0,
+    "纪念日": 2.0, "密码": 2.5, "结婚": 1.5, "怀孕": 2.0, "确诊": 2.5, "医院": 1.5,
+    "急诊": 2.5, "地址": 1.0, "电话": 1.0, "答应": 1.5, "承诺": 1.5, "偏好": 1.0,
+    "最爱": 1.0,
+}  # fmt: skip
+"""Cue -> importance added when the cue occurs (each distinct cue counts once)."""
+
+POLARITY: Mapping[str, float] = {
+    # English, positive
+    "love": 0.9, "loved": 0.9, "loves": 0.9, "like": 0.5, "liked": 0.5, "likes": 0.5,
+    "enjoy": 0.6, "enjoyed": 0.6, "great": 0.7, "good": 0.5, "excellent": 0.8,
+    "amazing": 0.8, "awesome": 0.8, "wonderful": 0.8, "fantastic": 0.8, "perfect": 0.7,
+    "happy": 0.7, "glad": 0.6, "thanks": 0.5, "thank you": 0.5, "appreciate": 0.6,
+    "nice": 0.5, "excited": 0.7, "best": 0.6, "beautiful": 0.6, "helpful": 0.5,
+    "pleased": 0.6, "delighted": 0.8, "satisfied": 0.6, "fun": 0.5, "cool": 0.4,
+    # English, negative
+    "hate": -0.9, "hated": -0.9, "hates": -0.9, "terrible": -0.8, "awful": -0.8,
+    "horrible": -0.8, "bad": -0.6, "worst": -0.8, "angry": -0.8, "annoyed": -0.6,
+    "annoying": -0.6, "frustrated": -0.7, "frustrating": -0.7, "sad": -0.6,
+    "upset": -0.7, "disappointed": -0.7, "disappointing": -0.7, "sorry": -0.3,
+    "wrong": -0.4, "broken": -0.5, "failed": -0.5, "worried": -0.5, "afraid": -0.5,
+    "scared": -0.6, "hurt": -0.6, "dislike": -0.6, "useless": -0.7, "stupid": -0.7,
+    "disgusting": -0.8, "furious": -0.9, "unhappy": -0.7, "painful": -0.6,
+    # Chinese, positive
+    "喜欢": 0.6, "爱": 0.7, "热爱": 0.8, "太好了": 0.8, "很好": 0.6, "真好": 0.6,
+    "好棒": 0.8, "棒": 0.7, "不错": 0.5, "谢谢": 0.5, "感谢": 0.6, "开心": 0.7,
+    "高兴": 0.7, "快乐": 0.7, "满意": 0.6, "完美": 0.7, "优秀": 0.6, "精彩": 0.6,
+    "厉害": 0.5, "幸福": 0.8, "兴奋": 0.6, "期待": 0.5, "赞": 0.6, "舒服": 0.5,
+    "顺利": 0.5, "成功": 0.5,
+    # Chinese, negative
+    "讨厌": -0.8, "恨": -0.8, "糟糕": -0.7, "生气": -0.7, "愤怒": -0.9, "失望": -0.7,
+    "难过": -0.7, "伤心": -0.7, "郁闷": -0.6, "不爽": -0.6, "差劲": -0.7, "太差": -0.7,
+    "很差": -0.6, "不好": -0.5, "不满": -0.6, "垃圾": -0.7, "痛苦": -0.8, "担心": -0.5,
+    "害怕": -0.6, "焦虑": -0.6, "崩溃": -0.8, "后悔": -0.6, "抱歉": -0.2, "对不起": -0.3,
+    "失败": -0.5, "无聊": -0.5, "难受": -0.6, "恶心": -0.8, "气死": -0.9, "可惜": -0.4,
+    "烦": -0.5,
+}  # fmt: skip
+"""Cue -> polarity in [-1, 1]; flipped (and damped) when negated."""
+
+CONFIDENCE_CUES: Mapping[str, float] = {
+    # hedges
+    "maybe": -0.15, "perhaps": -0.15, "probably": -0.1, "possibly": -0.15,
+    "might": -0.1, "i think": -0.1, "i guess": -0.15, "i believe": -0.05,
+    "not sure": -0.2, "unsure": -0.2, "i don't know": -0.2, "no idea": -0.2,
+    "seems": -0.1, "kind of": -0.05, "sort of": -0.05, "not necessarily": -0.1,
+    "可能": -0.15, "也许": -0.15, "或许": -0.15, "大概": -0.1, "好像": -0.1,
+    "似乎": -0.1, "我觉得": -0.05, "估计": -0.1, "说不定": -0.15, "不确定": -0.2,
+    "不知道": -0.15, "不一定": -0.15,
+    # assertions
+    "definitely": 0.1, "certainly": 0.1, "absolutely": 0.1, "for sure": 0.1,
+    "i'm sure": 0.1, "confirmed": 0.15, "exactly": 0.05, "always": 0.05, "never": 0.05,
+    "确定": 0.1, "肯定": 0.1, "一定": 0.1, "绝对": 0.1, "确实": 0.1, "当然": 0.1,
+    "没错": 0.1,
+}  # fmt: skip
+"""Cue -> confidence shift; hedges lower it, assertions raise it."""
+
+NEGATORS = (
+    "not", "no", "never", "don't", "dont", "doesn't", "didn't", "isn't", "wasn't",
+    "aren't", "weren't", "won't", "can't", "cannot", "couldn't", "wouldn't",
+    "shouldn't", "hardly", "nor", "without",
+)  # fmt: skip
+INTENSIFIERS = (
+    "very", "so", "really", "extremely", "super", "totally", "absolutely", "too",
+    "incredibly", "truly", "quite", "非常", "特别", "十分", "极其", "超级", "无比",
+    "真的", "太", "很", "超", "好", "真", "最",
+)  # fmt: skip
+
+
+class ScoringParams(Model):
+    """Every number of the default scorer and summariser; defaults are the shipped ones.
+
+    Importance (1..10) = ``importance_base`` + min(Σ distinct markers,
+    ``marker_cap``) + min(``entity_weight`` · #entities, ``entity_cap``) +
+    ``length_max`` · min(1, words / ``length_scale``) + ``exclaim_importance`` (if
+    any ``!``) + ``arousal_weight`` · |sentiment|, where words = Latin words +
+    CJK characters / ``cjk_chars_per_word``.
+
+    Sentiment (-1..1) = tanh(``sentiment_gain`` · Σ cue polarity · m), with
+    m = −``negation_factor`` for a negated cue, ``intensifier_boost`` for an
+    intensified one, else 1; the sum is amplified by ``exclaim_sentiment`` per
+    ``!`` (at most three).
+
+    Confidence (0..1) = ``confidence_base`` + Σ distinct confidence cues −
+    ``question_penalty`` (if a question), clamped to [``confidence_min``,
+    ``confidence_max``].
+    """
+
+    importance_base: Annotated[float, Field(ge=1.0, le=10.0)] = 2.0
+    marker_cap: Annotated[float, Field(ge=0.0)] = 6.0
+    entity_weight: Annotated[float, Field(ge=0.0)] = 0.4
+    entity_cap: Annotated[float, Field(ge=0.0)] = 1.5
+    length_max: Annotated[float, Field(ge=0.0)] = 1.5
+    length_scale: Annotated[float, Field(gt=0.0)] = 30.0
+    cjk_chars_per_word: Annotated[float, Field(gt=0.0)] = 1.5
+    exclaim_importance: Annotated[float, Field(ge=0.0)] = 0.5
+    arousal_weight: Annotated[float, Field(ge=0.0)] = 1.5
+    sentiment_gain: Annotated[float, Field(gt=0.0)] = 1.0
+    negation_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
+    intensifier_boost: Annotated[float, Field(ge=1.0)] = 1.3
+    exclaim_sentiment: Annotated[float, Field(ge=0.0)] = 0.1
+    negation_window: Annotated[int, Field(ge=1)] = 3
+    confidence_base: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
+    confidence_min: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    confidence_max: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    question_penalty: Annotated[float, Field(ge=0.0)] = 0.1
+    episode_peak_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
+    summary_tf_weight: Annotated[float, Field(ge=0.0)] = 1.0
+    summary_position_weight: Annotated[float, Field(ge=0.0)] = 0.2
+    summary_importance_weight: Annotated[float, Field(ge=0.0)] = 1.0
+    summary_redundancy: Annotated[float, Field(gt=0.0, le=1.0)] = 0.6
+    importance_markers: dict[str, Annotated[float, Field(ge=0.0)]] = Field(
+        default_factory=lambda: dict(IMPORTANCE_MARKERS)
+    )
+    polarity: dict[str, Annotated[float, Field(ge=-1.0, le=1.0)]] = Field(
+        default_factory=lambda: dict(POLARITY)
+    )
+    confidence_cues: dict[str, float] = Field(default_factory=lambda: dict(CONFIDENCE_CUES))
+    negators: tuple[str, ...] = NEGATORS
+    negator_chars: str = "不没别未无"
+    intensifiers: tuple[str, ...] = INTENSIFIERS
+
+    @cached_property
+    def importance_lexicon(self) -> Lexicon:
+        return Lexicon.build(self.importance_markers)
+
+    @cached_property
+    def polarity_lexicon(self) -> Lexicon:
+        return Lexicon.build(self.polarity)
+
+    @cached_property
+    def confidence_lexicon(self) -> Lexicon:
+        return Lexicon.build(self.confidence_cues)
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """A compiled cue table giving leftmost-longest, non-overlapping matches.
+
+    Latin cues (one or more words) match whole words only, by looking up word
+    n-grams; CJK cues match anywhere (no segmenter), by one literal alternation.
+    """
+
+    weights: Mapping[str, float]
+    cjk: re.Pattern[str] | None
+    firsts: frozenset[str]
+    longest: int
+
+    @classmethod
+    def build(cls, table: Mapping[str, float]) -> Lexicon:
+        weights = {normalise(cue): weight for cue, weight in table.items() if normalise(cue)}
+        cjk = sorted((c for c in weights if _CJK_CHAR.search(c)), key=lambda c: (-len(c), c))
+        latin = [c for c in weights if c not in cjk]
+        pattern = re.compile("|".join(map(re.escape, cjk))) if cjk else None
+        firsts = frozenset(c.split(" ")[0] for c in latin)
+        return cls(weights, pattern, firsts, max((c.count(" ") + 1 for c in latin), default=0))
+
+    def hits(self, norm: str, words: Spans | None = None) -> list[tuple[int, str, float]]:
+        """``(start, cue, weight)`` of each match in normalised text, in text order.
+
+        ``words`` are the spans of :func:`word_spans` of ``norm``, when already known.
+        """
+        found = list(self._latin_hits(norm, words)) if self.firsts else []
+        if self.cjk is not None:
+            found += [
+                (m.start(), m.group(), self.weights[m.group()]) for m in self.cjk.finditer(norm)
+            ]
+        return sorted(found)
+
+    def _latin_hits(self, norm: str, words: Spans | None) -> Iterator[tuple[int, str, float]]:
+        """Longest cue of whole words at each word, left to right, without overlaps."""
+        words = word_spans(norm) if words is None else words
+        i = 0
+        while i < len(words):
+            if norm[words[i][0] : words[i][1]] in self.firsts:
+                for n in range(min(self.longest, len(words) - i), 0, -1):
+                    cue = norm[words[i][0] : words[i + n - 1][1]]
+                    if cue in self.weights:
+                        yield words[i][0], cue, self.weights[cue]
+                        i += n - 1
+                        break
+            i += 1
+
+    def distinct_sum(self, norm: str, words: Spans | None = None) -> float:
+        """Sum of the weights of the distinct cues found (first-seen order)."""
+        seen = dict.fromkeys(cue for _, cue, _ in self.hits(norm, words))
+        return math.fsum(self.weights[cue] for cue in seen)
+
+
+DEFAULT_PARAMS = ScoringParams()
+
+
+# --- per-turn scores ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Importance 1..10, sentiment -1..1, confidence 0..1 (checked on creation)."""
+
+    importance: float
+    sentiment: float
+    confidence: float
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.importance <= 10.0:
+            raise ValueError(f"importance {self.importance} outside 1..10")
+        if not -1.0 <= self.sentiment <= 1.0:
+            raise ValueError(f"sentiment {self.sentiment} outside -1..1")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence {self.confidence} outside 0..1")
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    """``value`` limited to [low, high] and rounded to 3 decimals (stable floats)."""
+    return round(min(max(value, low), high), 3)
+
+
+def score_text(text: str, params: ScoringParams = DEFAULT_PARAMS) -> Scores:
+    """Estimate the scores of one text with the lexicon heuristics of ``params``.
+
+    Pure and deterministic; see :class:`ScoringParams` for the formulas. A text
+    without any word scores the minimum importance, neutral sentiment and the
+    base confidence.
+    """
+    norm = normalise(text)
+    words = word_spans(norm)
+    cjk = len(_CJK_CHAR.findall(norm))
+    if not words and not cjk:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
+    sentiment = _sentiment(norm, words, params)
+    length = len(words) + cjk / params.cjk_chars_per_word
+    return Scores(
+        importance=_importance(text, norm, words, length, sentiment, params),
+        sentiment=sentiment,
+        confidence=_confidence(norm, words, params),
+    )
+
+
+def score_turn(
+    content: str,
+    *,
+    importance: float | None,
+    sentiment: float | None,
+    confidence: float | None,
+    params: ScoringParams = DEFAULT_PARAMS,
+) -> Scores:
+    """Scores of one turn: each value the agent supplied wins, the rest are estimated.
+
+    The text is scored only when at least one value is missing.
+    """
+    if importance is not None and sentiment is not None and confidence is not None:
+        return Scores(importance, sentiment, confidence)
+    estimate = score_text(content, params)
+    return Scores(
+        importance=estimate.importance if importance is None else importance,
+        sentiment=estimate.sentiment if sentiment is None else sentiment,
+        confidence=estimate.confidence if confidence is None else confidence,
+    )
+
+
+def _importance(
+    text: str, norm: str, words: Spans, length: float, sentiment: float, params: ScoringParams
+) -> float:
+    """Base + markers + entities + length + exclamation + arousal, in 1..10."""
+    markers = min(params.importance_lexicon.distinct_sum(norm, words), params.marker_cap)
+    entities = min(params.entity_weight * len(extract_entities(text)), params.entity_cap)
+    size = params.length_max * min(1.0, length / params.length_scale)
+    exclaim = params.exclaim_importance if "!" in norm else 0.0
+    arousal = params.arousal_weight * abs(sentiment)
+    total = params.importance_base + markers + entities + size + exclaim + arousal
+    return _clamp(total, 1.0, 10.0)
+
+
+def _sentiment(norm: str, words: Spans, params: ScoringParams) -> float:
+    """tanh of the summed, negation- and intensifier-adjusted cue polarities."""
+    raw = 0.0
+    for start, cue, weight in params.polarity_lexicon.hits(norm, words):
+        raw += weight * _modifier(norm, start, cue, params)
+    if raw:
+        raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
+    return _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
+
+
+def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
+    """−negation_factor if the cue is negated, intensifier_boost if intensified, else 1.
+
+    The scope is the same clause, just before the cue: the last ``negation_window``
+    words for a Latin cue, the last ``negation_window`` characters (intensifiers
+    such as 非常 / 特别 removed first) for a CJK cue.
+    """
+    clause = _CLAUSE_END.split(norm[max(0, start - 64) : start])[-1]
+    if _CJK_CHAR.match(cue[0]):
+        window = clause[-(params.negation_window + 1) :]
+        plain = window
+        for word in params.intensifiers:
+            plain = plain.replace(word, "")
+        negated = any(char in plain[-params.negation_window :] for char in params.negator_chars)
+        intensified = plain != window
+    else:
+        words = _LATIN_WORD.findall(clause)[-params.negation_window :]
+        negated = any(w in params.negators or w.endswith("n't") for w in words)
+        intensified = any(w in params.intensifiers for w in words)
+    if negated:
+        return -params.negation_factor
+    return params.intensifier_boost if intensified else 1.0
+
+
+def _confidence(norm: str, words: Spans, params: ScoringParams) -> float:
+    """Base + distinct hedge/assertion cues − question penalty, clamped."""
+    shift = params.confidence_lexicon.distinct_sum(norm, words)
+    question = params.question_penalty if "?" in norm or "吗" in norm else 0.0
+    value = params.confidence_base + shift - question
+    return _clamp(value, params.confidence_min, params.confidence_max)
+
+
+# --- episodes -----------------------------------------------------------------
+
+
+def aggregate(scores: Sequence[Scores], params: ScoringParams = DEFAULT_PARAMS) -> Scores:
+    """Scores of an episode from the scores of its turns.
+
+    - importance = w · max + (1 − w) · mean, w = ``episode_peak_weight`` (0.7): one
+      vital turn makes the episode important, a long dull tail dilutes it a little;
+    - sentiment = Σ s·|s| / Σ |s|: the mean weighted by strength, so neutral turns
+      do not water down a clearly felt one (0 when every turn is neutral);
+    - confidence = plain mean.
+
+    No turns gives importance 1, sentiment 0 and the base confidence.
+    """
+    if not scores:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
+    importances = [s.importance for s in scores]
+    peak = params.episode_peak_weight
+    importance = peak * max(importances) + (1 - peak) * _mean(importances)
+    strength = math.fsum(abs(s.sentiment) for s in scores)
+    felt = math.fsum(s.sentiment * abs(s.sentiment) for s in scores)
+    return Scores(
+        importance=_clamp(importance, 1.0, 10.0),
+        sentiment=_clamp(felt / strength if strength else 0.0, -1.0, 1.0),
+        confidence=_clamp(_mean([s.confidence for s in scores]), 0.0, 1.0),
+    )
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+# --- entities -------------------------------------------------------------------
+
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
+_UPPER = r"[A-Z\u00c0-\u00d6\u00d8-\u00de]"
+_NAME_WORD = rf"(?<![\w'’-]){_UPPER}[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*"
+_HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_STOP = "的了是和与跟我你他她它们很也都就吗呢吧啊呀哦嘛着过在"
+
+
+def _han_run(low: int, high: int) -> str:
+    """A regex for ``low``..``high`` Han characters that are not function characters."""
+    return rf"(?:(?![{_STOP}])[{_HAN}]){{{low},{high}}}"
+
+
+_ENTITY_PATTERNS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
+    (re.compile(guard), re.compile(pattern))
+    for guard, pattern in (
+        # quoted spans: the group is the entity
+        ("[「『“《]", r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]"),
+        # @handles and #tags
+        ("[@#]", r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])"),
+        # dates and times
+        (r"\d", rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
+        (r"\d", rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)"),
+        (r"\d", r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})"),
+        ("[年月]", r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)"),
+        (
+            ":|[AaPp][Mm]",
+            r"(\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d{1,2}\s?[AaPp][Mm]\b)",
+        ),
+        ("[点時时]", r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)"),
+        ("/", r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)"),
+        # numbers, with currency or percent
+        (r"\d", r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)"),
+        # Chinese names and places after 叫 / 姓 / 在
+        ("叫", rf"叫({_han_run(2, 3)})"),
+        ("姓", rf"姓({_han_run(1, 2)})"),
+        ("在", rf"(?<![现正实存所自好])在({_han_run(2, 4)})"),
+    )
+)
+"""(guard, pattern): the pattern runs only when its cheap guard is found in the text."""
+_NAMES = re.compile(rf"({_NAME_WORD}(?: {_NAME_WORD})*)")
+"""Capitalised words and multiword names (cleaned by :func:`_names`)."""
+_WORDS = re.compile(r"\S+")
+_FIRST_PERSON = frozenset({"i", "i'm", "i'll", "i've", "i'd", "i’m", "i’ll", "i’ve", "i’d"})
+COMMON_STARTERS = frozenset(
+    {
+        "a", "an", "the", "this", "that", "these", "those", "it", "its", "it's", "i'm", "my",
+        "mine", "we", "our", "you", "your", "he", "his", "she", "her", "they", "their", "there",
+        "here", "what", "when", "where", "why", "how", "who", "whom", "which", "whose", "if",
+        "then", "so", "and", "but", "or", "nor", "yet", "for", "because", "since", "as", "while",
+        "although", "though", "after", "before", "until", "unless", "also", "just", "now", "today",
+        "tonight", "tomorrow", "yesterday", "please", "remember", "note", "hi", "hello", "hey",
+        "dear", "thanks", "thank", "ok", "okay", "yes", "yeah", "yep", "no", "nope", "sure", "well",
+        "oh", "ah", "wow", "sorry", "let", "let's", "can", "could", "would", "should", "will",
+        "shall", "may", "might", "must", "do", "does", "did", "don't", "doesn't", "didn't", "is",
+        "are", "was", "were", "be", "been", "am", "have", "has", "had", "not", "never", "always",
+        "maybe", "perhaps", "actually", "really", "however", "anyway", "besides", "first", "second",
+        "next", "finally", "great", "good", "nice", "cool", "fine", "in", "on", "at", "by", "to",
+        "from", "with", "about", "of", "some", "any", "all", "every", "each", "many", "much",
+        "more", "most", "one", "two", "both", "either", "neither", "other", "another", "morning",
+        "evening", "afternoon", "night"
+    }
+)  # fmt: skip
+
+
+def extract_entities(text: str, limit: int = 10) -> list[str]:
+    """Names, numbers, dates, handles, tags and quoted titles in ``text``.
+
+    A deterministic heuristic, no model: capitalised (multi)words except first
+    person and common sentence starters; numbers, dates and times in English and
+    Chinese formats; ``@handles`` and ``#tags``; spans quoted with 「」『』“”《》;
+    2-4 Han characters after 叫 / 姓 / 在. Overlapping candidates keep the one that
+    starts first (the longest on ties). Results keep their surface form, are
+    de-duplicated case-insensitively in first-seen order and cut to ``limit``.
+    """
+    found: dict[str, str] = {}
+    for _, entity in _non_overlapping(_candidates(text)):
+        found.setdefault(entity.casefold(), entity)
+    return list(found.values())[: max(limit, 0)]
+
+
+def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, entity)`` of every pattern match, names already cleaned."""
+    for guard, pattern in _ENTITY_PATTERNS:
+        if guard.search(text):
+            for match in pattern.finditer(text):
+                if inner := match.group(1).strip():
+                    yield match.start(), match.end(), inner
+    for match in _NAMES.finditer(text):
+        yield from _names(text, match)
+
+
+def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
+    """Split a capitalised run at first-person words; drop a common sentence starter."""
+    words = [(w.start(), w.end()) for w in _WORDS.finditer(text, match.start(), match.end())]
+    first = text[words[0][0] : words[0][1]].casefold()
+    if first in COMMON_STARTERS and _starts_sentence(text, words[0][0]):
+        words = words[1:]
+    run: list[tuple[int, int]] = []
+    for start, end in [*words, (-1, -1)]:
+        if start >= 0 and text[start:end].casefold() not in _FIRST_PERSON:
+            run.append((start, end))
+        elif run:
+            yield run[0][0], run[-1][1], text[run[0][0] : run[-1][1]]
+            run = []
+
+
+def _starts_sentence(text: str, position: int) -> bool:
+    """Whether only opening quotes and spaces separate ``position`` from a sentence end."""
+    head = text[max(0, position - 64) : position].rstrip(" \t\"'“‘([「『")
+    if not head:
+        return position <= 64
+    return head[-1] in ".!?;:\n。！？；："
+
+
+def _non_overlapping(spans: Iterator[tuple[int, int, str]]) -> Iterator[tuple[int, str]]:
+    """Greedy by start, longest first: drop spans overlapping one already kept."""
+    kept_end = -1
+    for start, end, entity in sorted(spans, key=lambda s: (s[0], s[0] - s[1], s[2])):
+        if start >= kept_end:
+            kept_end = end
+            yield start, entity
