@@ -45,6 +45,20 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _tick_interval(env: Mapping[str, str]) -> float:
+    """``ENGRAM_TICK_INTERVAL_S``: seconds between clock ticks; 0 turns the ticker off."""
+    raw = env.get("ENGRAM_TICK_INTERVAL_S")
+    if raw in (None, ""):
+        return 60.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"ENGRAM_TICK_INTERVAL_S={raw!r} is not a number") from None
+    if value < 0:
+        raise SettingsError(f"ENGRAM_TICK_INTERVAL_S={value} must be 0 (off) or positive")
+    return value
+
+
 def _log_level(env: Mapping[str, str]) -> str:
     level = (env.get("ENGRAM_LOG_LEVEL") or "WARNING").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -83,6 +97,7 @@ class Settings:
     batch_size: int = 1000
     flush_interval_s: float = 0.2
     log_level: str = "WARNING"
+    tick_interval_s: float = 60.0
     session_timeout_s: float | None = None
     rebalance_timeout_s: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -107,6 +122,7 @@ class Settings:
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
             log_level=_log_level(env),
+            tick_interval_s=_tick_interval(env),
             session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),
             rebalance_timeout_s=_optional_float(env, "ENGRAM_REBALANCE_TIMEOUT_S"),
         )

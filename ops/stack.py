@@ -35,6 +35,7 @@ from schemas import RAW_TYPE_NAMES, Codec, Event
 from sinks.clickhouse import ClickHouseHistory
 from streams.app import create_app, create_topics
 from streams.pipeline import register
+from streams.ticker import register_ticker
 
 log = logging.getLogger("engram.up")
 Say = Callable[[str], None]
@@ -56,11 +57,20 @@ def build_worker_app(settings: Settings, bootstrap: str, history: ClickHouseHist
         memory=settings.memory_topic,
         dead_letters=settings.dlq_topic,
     )
+    codec = Codec(max_bytes=settings.max_event_bytes)
+    if settings.tick_interval_s > 0:
+        register_ticker(
+            app,
+            topic=settings.events_topic,
+            bootstrap=bootstrap,
+            interval_s=settings.tick_interval_s,
+            codec=codec,
+        )
     register(
         app,
         topics=topics,
         history=history,
-        codec=Codec(max_bytes=settings.max_event_bytes),
+        codec=codec,
         config=MemoryConfig(),
         bootstrap=bootstrap,
         batch_size=settings.batch_size,

@@ -62,6 +62,98 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY (agent_id, seq, idx)""",
         ),
     ),
+    (
+        2,
+        (
+            # Views over memory_changes: always consistent with it, nothing to rebuild.
+            """CREATE VIEW IF NOT EXISTS memories AS
+            SELECT
+                agent_id,
+                memory_id,
+                argMaxIf(user_id, (seq, idx), type = 'memory.created') AS user_id,
+                argMaxIf(session_id, (seq, idx), type = 'memory.created') AS session_id,
+                argMaxIf(JSONExtractString(body, 'kind'), (seq, idx), type = 'memory.created')
+                    AS kind,
+                if(countIf(type = 'memory.promoted') > 0, 'L3',
+                   argMaxIf(JSONExtractString(body, 'layer'), (seq, idx), type = 'memory.created'))
+                    AS layer,
+                argMaxIf(JSONExtractString(body, 'text'), (seq, idx), type = 'memory.created')
+                    AS text,
+                argMaxIf(JSONExtractFloat(body, 'importance'), (seq, idx),
+                         type = 'memory.created') AS importance,
+                argMaxIf(JSONExtractFloat(body, 'sentiment'), (seq, idx),
+                         type = 'memory.created') AS sentiment,
+                argMaxIf(JSONExtractFloat(body, 'strength'), (seq, idx),
+                         type IN ('memory.created', 'memory.reinforced', 'memory.weakened'))
+                    AS strength,
+                countIf(type = 'memory.reinforced') AS reinforcements,
+                maxIf(occurred_at, type IN ('memory.created', 'memory.reinforced'))
+                    AS last_reinforced_at,
+                countIf(type = 'memory.promoted') > 0 AS promoted,
+                countIf(type = 'memory.forgotten') > 0 AS forgotten,
+                minIf(occurred_at, type = 'memory.forgotten') AS forgotten_at,
+                minIf(occurred_at, type = 'memory.created') AS created_at,
+                argMaxIf(config_version, (seq, idx), type = 'memory.created') AS config_version
+            FROM memory_changes FINAL
+            WHERE memory_id != ''
+            GROUP BY agent_id, memory_id""",
+            """CREATE VIEW IF NOT EXISTS episodes AS
+            SELECT
+                agent_id,
+                JSONExtractString(body, 'episode_id') AS episode_id,
+                session_id,
+                user_id,
+                JSONExtractString(body, 'summary') AS summary,
+                JSONExtractFloat(body, 'importance') AS importance,
+                JSONExtractFloat(body, 'sentiment') AS sentiment,
+                JSONExtractFloat(body, 'confidence') AS confidence,
+                JSONExtract(body, 'entities', 'Array(String)') AS entities,
+                JSONExtractUInt(body, 'turn_count') AS turn_count,
+                parseDateTime64BestEffort(JSONExtractString(body, 'started_at'), 3, 'UTC')
+                    AS started_at,
+                parseDateTime64BestEffort(JSONExtractString(body, 'ended_at'), 3, 'UTC')
+                    AS ended_at,
+                JSONExtractString(body, 'cut') AS cut,
+                nullIf(JSONExtractString(body, 'previous_episode_id'), '') AS previous_episode_id,
+                JSONExtractString(body, 'summariser') AS summariser,
+                seq,
+                config_version
+            FROM memory_changes FINAL
+            WHERE type = 'episode.closed'""",
+            """CREATE VIEW IF NOT EXISTS facts AS
+            SELECT agent_id, namespace, key, value, valid_from, valid_to, seq, config_version
+            FROM (
+                SELECT
+                    agent_id,
+                    JSONExtractString(body, 'namespace') AS namespace,
+                    JSONExtractString(body, 'key') AS key,
+                    JSONExtract(body, 'value', 'Nullable(String)') AS value,
+                    parseDateTime64BestEffort(JSONExtractString(body, 'valid_from'), 3, 'UTC')
+                        AS valid_from,
+                    leadInFrame(toNullable(valid_from)) OVER (
+                        PARTITION BY agent_id, namespace, key ORDER BY seq, idx
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING
+                    ) AS valid_to,
+                    seq,
+                    config_version
+                FROM memory_changes FINAL
+                WHERE type = 'fact.set'
+            )
+            WHERE value IS NOT NULL""",
+            """CREATE VIEW IF NOT EXISTS persona AS
+            SELECT
+                agent_id,
+                JSONExtractUInt(body, 'version') AS version,
+                JSONExtract(body, 'name', 'Nullable(String)') AS name,
+                JSONExtract(body, 'description', 'Nullable(String)') AS description,
+                JSONExtract(body, 'style', 'Nullable(String)') AS style,
+                JSONExtract(body, 'preferences', 'Map(String, String)') AS preferences,
+                occurred_at AS updated_at,
+                seq
+            FROM memory_changes FINAL
+            WHERE type = 'persona.versioned'""",
+        ),
+    ),
 )
 
 EVENT_COLUMNS = (

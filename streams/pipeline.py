@@ -26,11 +26,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
+from uuid import uuid5
 
 import faust
 
 from processors import AgentMemory, AgentState, MemoryConfig
-from schemas import BadEvent, Codec, DerivedEvent, Event, Model
+from schemas import BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
@@ -97,6 +98,19 @@ class Folder:
         self.codec = codec
         self.config = config
         self.live: dict[str, LiveAgent] = {}
+        self.homes: dict[int, set[str]] | None = None
+
+    def agents_on(self, partition: int) -> list[str]:
+        """Every agent whose events arrive on ``partition`` (live or in the table)."""
+        if self.homes is None:
+            self.homes = {}
+            for key, value in self.table.data.items():
+                for home in StoredState.model_validate_json(value).positions:
+                    self.homes.setdefault(home, set()).add(key.decode())
+        for agent_id, live in self.live.items():
+            for home in live.positions:
+                self.homes.setdefault(home, set()).add(agent_id)
+        return sorted(self.homes.get(partition, ()))
 
     def agent(self, agent_id: str) -> LiveAgent:
         live = self.live.get(agent_id)
@@ -126,6 +140,22 @@ class Folder:
         except BadEvent as bad:
             result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
             return
+        if isinstance(event, ClockTicked) and event.agent_id == CLOCK_AGENT:
+            for agent_id in self.agents_on(message.partition):
+                tick = tick_for(event, agent_id)
+                self._apply(tick, self.codec.encode(tick), message, raw, source, result)
+            return
+        self._apply(event, payload, message, raw, source, result)
+
+    def _apply(
+        self,
+        event: Event,
+        payload: bytes,
+        message: Any,
+        raw: bytes,
+        source: str,
+        result: FoldResult,
+    ) -> None:
         live = self.agent(event.agent_id)
         if message.offset <= live.positions.get(message.partition, -1):
             return  # applied before a crash or rebalance: redelivered, not new
@@ -149,6 +179,19 @@ class Folder:
             self.table.data[key] = value
             records.append(Record(key, value, partition=partition))
         return records
+
+
+CLOCK_AGENT = "__clock__"
+"""The agent id of the ticker's ``clock.tick``: the fold applies such a tick to every
+agent of the partition it arrives on, as one ``clock.tick`` per agent (archived in
+that agent's log, so a per-agent replay meets the same ticks)."""
+
+
+def tick_for(tick: ClockTicked, agent_id: str) -> ClockTicked:
+    """The ticker's tick as seen by one agent (a ``uuid5`` id: the same on every replay)."""
+    return tick.model_copy(
+        update={"event_id": uuid5(tick.event_id, agent_id), "agent_id": agent_id}
+    )
 
 
 def dead_letter_records(dead: Sequence[DeadLetter]) -> list[Record]:

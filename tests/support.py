@@ -27,6 +27,7 @@ def engram_env(home: Path, **extra: str) -> dict[str, str]:
     """Environment for an engram subprocess with its own home and a free HTTP port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update({"ENGRAM_HOME": str(home), "ENGRAM_HTTP": f"127.0.0.1:{free_port()}"})
+    env["ENGRAM_TICK_INTERVAL_S"] = "0"  # no ticker unless a test asks: counts stay exact
     env.update(extra)
     return env
 
