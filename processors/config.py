@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from processors.consolidation import ConsolidationParams
 from processors.episodes import EpisodeParams
 from processors.forgetting import ForgettingParams
 from processors.memories import PromotionParams
@@ -32,6 +33,7 @@ class MemoryConfig(Model):
     scoring: ScoringParams = ScoringParams()
     forgetting: ForgettingParams = ForgettingParams()
     promotion: PromotionParams = PromotionParams()
+    consolidation: ConsolidationParams = ConsolidationParams()
 
     @cached_property
     def version(self) -> str:

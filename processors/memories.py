@@ -125,7 +125,20 @@ class Memories:
             strength=trace.strength_days,
         )
         changes: list[Change] = [(MemoryCreated, body)]
-        if new.layer == "L2" and self.is_flashbulb(new.importance, new.sentiment):
+        if new.kind == "semantic":
+            changes.append(
+                (
+                    MemoryPromoted,
+                    PromotedBody(
+                        memory_id=new.memory_id,
+                        from_layer="L2",
+                        to_layer="L3",
+                        reason="abstraction",
+                        sources=new.sources,
+                    ),
+                )
+            )
+        elif new.layer == "L2" and self.is_flashbulb(new.importance, new.sentiment):
             item = item.model_copy(update={"layer": "L3", "promoted": True})
             changes.append(
                 (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from processors.config import MemoryConfig
+from processors.consolidation import Consolidation, ConsolidationState
 from processors.episodes import Episodes, EpisodesState
 from processors.facts import Facts, FactsState
 from processors.ids import derived_id
@@ -56,6 +57,7 @@ class AgentState(Model):
     sessions: list[SessionState] = []
     episodes: EpisodesState = EpisodesState()
     memories: list[MemoryItem] = []
+    consolidation: ConsolidationState = ConsolidationState()
     facts: FactsState = FactsState()
     persona: PersonaState = PersonaState()
     skills: SkillsState = SkillsState()
@@ -85,6 +87,9 @@ class AgentMemory:
         self.working = WorkingMemory(state.sessions, config.working_turns)
         self.episodes = Episodes(state.episodes, config.episodes, config.scoring)
         self.memories = Memories(state.memories, config.forgetting, config.promotion)
+        self.consolidation = Consolidation(
+            state.consolidation, config.consolidation, config.scoring
+        )
         self.facts = Facts(state.facts)
         self.persona = Persona(state.persona)
         self.skills = Skills(state.skills)
@@ -135,7 +140,12 @@ class AgentMemory:
             changes.append((WorkingUpdated, working))
         episodes = self.episodes.apply(event)
         changes += [(EpisodeClosed, body) for body in episodes.closed]
+        users = {new.memory_id: new.user_id for new in episodes.memories}
+        for body in episodes.closed:
+            self.consolidation.add(body, users.get(body.episode_id))
         for new in episodes.memories:
+            changes += self.memories.create(new)
+        for new in self.consolidation.due(self.agent_id, event.occurred_at):
             changes += self.memories.create(new)
         changes += self._long_term(event)
         return changes
@@ -176,6 +186,7 @@ class AgentMemory:
             sessions=self.working.state(),
             episodes=self.episodes.state(),
             memories=self.memories.state(),
+            consolidation=self.consolidation.state(),
             facts=self.facts.state(),
             persona=self.persona.state(),
             skills=self.skills.state(),

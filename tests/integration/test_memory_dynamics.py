@@ -75,6 +75,13 @@ def scenario(agent_id: str) -> tuple[Script, dict[str, Event]]:
     marks["chatter"] = s.say("small", t, "ok 1")
     for i in range(2, 21):
         s.say("small", t + timedelta(seconds=i), f"ok {i}")
+    t = DAY0 + timedelta(days=3)
+    marks["work1"] = s.say("work1", t, "The quarterly report is due on Friday.")
+    s.say("work1", t + timedelta(minutes=1), "I will draft the revenue section today.")
+    s.add("session.ended", t + timedelta(minutes=2), {}, "work1")
+    marks["work2"] = s.say("work2", t + timedelta(hours=2), "请把季度报告发给张经理。")
+    s.say("work2", t + timedelta(hours=2, minutes=1), "好的，今天下午发送。")
+    s.add("session.ended", t + timedelta(hours=2, minutes=2), {}, "work2")
     s.add("fact.asserted", DAY0, {"namespace": "profile", "key": "diet", "value": "vegetarian"})
     s.add(
         "fact.asserted",
@@ -122,7 +129,7 @@ def test_a_month_of_memory_in_clickhouse(stack: Stack) -> None:
         )
     )
     # the gap in "chat" cuts one; the tick 40 days on closes the still-open rest of it
-    assert cuts == {"session_ended": 1, "idle_gap": 2, "turn_count": 1}
+    assert cuts == {"session_ended": 3, "idle_gap": 2, "turn_count": 1}
     trip = episode_id(marks["trip"])
     summary, importance, previous = stack.rows(
         "SELECT summary, importance, previous_episode_id FROM episodes"
@@ -154,6 +161,19 @@ def test_a_month_of_memory_in_clickhouse(stack: Stack) -> None:
     )
     assert forgotten_in_history >= 1, "forgotten memories stay in history"
 
+    semantic = stack.rows(
+        "SELECT layer, text FROM memories WHERE agent_id = {a:String} AND kind = 'semantic'",
+        a=agent_id,
+    )
+    assert len(semantic) == 1, "day 3's two episodes are consolidated into one L3 memory"
+    assert semantic[0][0] == "L3" and "report" in semantic[0][1]
+    sources = stack.scalar(
+        "SELECT JSONExtract(body, 'sources', 'Array(String)') FROM memory_changes FINAL"
+        " WHERE agent_id = {a:String} AND type = 'memory.promoted'"
+        " AND JSONExtractString(body, 'reason') = 'abstraction'",
+        a=agent_id,
+    )
+    assert sources == [episode_id(marks["work1"]), episode_id(marks["work2"])]
     facts = stack.rows(
         "SELECT value, toString(valid_from), toString(valid_to) FROM facts"
         " WHERE agent_id = {a:String} ORDER BY valid_from",

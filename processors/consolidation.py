@@ -1,0 +1,120 @@
+"""Consolidation by abstraction: the episodes of one agent and user within a window
+of event time (default one day) become one L3 semantic memory listing its sources.
+
+A window closes when the log shows an event (or a tick) at or after its end; a
+window with fewer than ``min_episodes`` episodes is dropped unconsolidated.
+Deterministic: the memory's id is a ``uuid5`` of the agent, user and window.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+from uuid import uuid5
+
+from pydantic import Field
+
+from processors.ids import ENGRAM_NAMESPACE
+from processors.memories import NewMemory
+from processors.scoring import Scores, ScoringParams, aggregate
+from processors.summary import summarise
+from schemas import EpisodeBody, Model
+from schemas.base import UtcMillis
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class ConsolidationParams(Model):
+    window_s: Annotated[float, Field(gt=0)] = 86_400.0
+    min_episodes: Annotated[int, Field(ge=1)] = 2
+    summary_chars: Annotated[int, Field(ge=40)] = 400
+
+
+class WindowEpisode(Model):
+    episode_id: str
+    summary: str
+    importance: float
+    sentiment: float
+    confidence: float
+    entities: list[str] = []
+
+
+class Window(Model):
+    user_id: str | None = None
+    start: UtcMillis
+    episodes: list[WindowEpisode] = []
+
+
+class ConsolidationState(Model):
+    windows: list[Window] = []
+
+
+class Consolidation:
+    """Open abstraction windows of one agent, keyed by user and window start."""
+
+    def __init__(
+        self, state: ConsolidationState, params: ConsolidationParams, scoring: ScoringParams
+    ) -> None:
+        self.windows = {(w.user_id or "", w.start): w for w in state.windows}
+        self.params = params
+        self.scoring = scoring
+
+    def window_start(self, at: datetime) -> datetime:
+        size = self.params.window_s
+        offset = (at - EPOCH).total_seconds()
+        return EPOCH + timedelta(seconds=offset - offset % size)
+
+    def add(self, episode: EpisodeBody, user_id: str | None) -> None:
+        start = self.window_start(episode.ended_at)
+        key = (user_id or "", start)
+        window = self.windows.get(key) or Window(user_id=user_id, start=start)
+        entry = WindowEpisode(
+            episode_id=episode.episode_id,
+            summary=episode.summary,
+            importance=episode.importance,
+            sentiment=episode.sentiment,
+            confidence=episode.confidence,
+            entities=episode.entities,
+        )
+        self.windows[key] = window.model_copy(update={"episodes": [*window.episodes, entry]})
+
+    def due(self, agent_id: str, at: datetime) -> list[NewMemory]:
+        """Consolidate every window that ended at or before ``at``."""
+        size = timedelta(seconds=self.params.window_s)
+        out = []
+        for key in sorted(self.windows):
+            window = self.windows[key]
+            if window.start + size > at:
+                continue
+            del self.windows[key]
+            if len(window.episodes) >= self.params.min_episodes:
+                out.append(self._memory(agent_id, window, window.start + size))
+        return out
+
+    def _memory(self, agent_id: str, window: Window, end: datetime) -> NewMemory:
+        episodes = window.episodes
+        scores = aggregate(
+            [Scores(e.importance, e.sentiment, e.confidence) for e in episodes], self.scoring
+        )
+        text = summarise(
+            [("summary", e.summary) for e in episodes],
+            max_chars=self.params.summary_chars,
+            params=self.scoring,
+        )
+        name = f"semantic:{agent_id}:{window.user_id or ''}:{window.start.isoformat()}"
+        return NewMemory(
+            memory_id=str(uuid5(ENGRAM_NAMESPACE, name)),
+            layer="L3",
+            kind="semantic",
+            text=text,
+            importance=scores.importance,
+            sentiment=scores.sentiment,
+            confidence=scores.confidence,
+            entities=list(dict.fromkeys(x for e in episodes for x in e.entities))[:20],
+            sources=[e.episode_id for e in episodes],
+            at=end,
+            user_id=window.user_id,
+        )
+
+    def state(self) -> ConsolidationState:
+        return ConsolidationState(windows=[self.windows[k] for k in sorted(self.windows)])
