@@ -18,6 +18,7 @@ from processors.episodes import EpisodeParams
 from processors.forgetting import ForgettingParams
 from processors.memories import PromotionParams
 from processors.scoring import ScoringParams
+from processors.working import WorkingParams
 from schemas import Model
 
 
@@ -29,6 +30,7 @@ class MemoryConfig(Model):
     name: str = "default"
     dedupe_window: Annotated[int, Field(ge=1)] = 512
     working_turns: Annotated[int, Field(ge=1)] = 20
+    working: WorkingParams = WorkingParams()
     episodes: EpisodeParams = EpisodeParams()
     scoring: ScoringParams = ScoringParams()
     forgetting: ForgettingParams = ForgettingParams()

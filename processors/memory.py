@@ -84,7 +84,9 @@ class AgentMemory:
         self.seq = state.seq
         self.recent: deque[bytes] = deque(state.recent(), maxlen=config.dedupe_window)
         self.recent_set = set(self.recent)
-        self.working = WorkingMemory(state.sessions, config.working_turns)
+        self.working = WorkingMemory(
+            state.sessions, config.working_turns, config.working, config.scoring
+        )
         self.episodes = Episodes(state.episodes, config.episodes, config.scoring)
         self.memories = Memories(state.memories, config.forgetting, config.promotion)
         self.consolidation = Consolidation(

@@ -1,16 +1,43 @@
 """L1 working memory: the recent turns of each open session of one agent.
 
 Deterministic and clock-free: what a session holds depends only on the events
-folded into it, in order.
+folded into it, in order, and on the parameters.
+
+Each session keeps at most ``max_turns`` entries (``MemoryConfig.working_turns``)
+and at most ``token_budget`` estimated tokens (:func:`estimate_tokens`):
+
+- a ``tool.result`` longer than ``offload_chars`` characters is *offloaded*: its
+  entry keeps the head of the text (at most ``offload_head_tokens``) and
+  ``[offloaded: N chars, event <id>]``; the full text stays in history, in the
+  source event;
+- after every new turn, the oldest entries beyond ``max_turns`` leave; then, while
+  the tokens exceed the budget, the oldest entries (never the newest one) are
+  *compressed* into one ``summary`` entry at the front, made by the extractive
+  :func:`~processors.summary.summarise`; if even everything but the newest turn
+  cannot be compressed into the budget, it is evicted (the last resort);
+- the newest turn is kept whole even when it alone exceeds the budget: it is then
+  all the session holds, and it is compressed like any older turn once a newer
+  one arrives.
+
+A session is cleared at ``session.ended``, and when its last activity is more than
+``idle_ttl_s`` of event time older than the next event for it or a ``clock.tick``
+of the agent. How these changes read as deltas is documented on
+:class:`~schemas.derived.WorkingBody`.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections import deque
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Annotated
 
+from pydantic import Field
+
+from processors.scoring import DEFAULT_PARAMS, ScoringParams
+from processors.summary import split_sentences, summarise
 from schemas import (
+    ClockTicked,
     Event,
     InteractionRecorded,
     Model,
@@ -22,53 +49,166 @@ from schemas import (
     WorkingBody,
 )
 
+SUMMARY_ROLE = "summary"
+
+
+class WorkingParams(Model):
+    """L1 parameters besides the turn cap, which is ``MemoryConfig.working_turns``.
+
+    ``compress_to``: when compression runs, the turns kept verbatim are brought
+    under this fraction of the budget, the rest being left for the summary, so
+    that compression does not run again at every new turn.
+    """
+
+    token_budget: Annotated[int, Field(ge=1)] = 2000
+    compress_to: Annotated[float, Field(gt=0, le=1)] = 0.75
+    summary_chars: Annotated[int, Field(ge=16)] = 400
+    offload_chars: Annotated[int, Field(ge=1)] = 2000
+    offload_head_tokens: Annotated[int, Field(ge=1)] = 50
+    idle_ttl_s: Annotated[float, Field(gt=0)] = 7200.0
+
+
+DEFAULT_WORKING = WorkingParams()
+
 
 class SessionState(Model):
-    """Serialised form of one session's working memory."""
+    """Serialised form of one session's working memory. ``dropped`` counts the
+    entries that left without a trace (turn cap, last-resort eviction);
+    ``compressed`` those folded into the summary."""
 
     session_id: str
     turns: list[Turn] = []
     task: str | None = None
     variables: dict[str, str] = {}
     dropped: int = 0
+    compressed: int = 0
     last_at: datetime
 
 
 class SessionWorking:
-    """One session's working memory: the last ``limit`` turns, its task and variables."""
+    """One session's working memory: its entries, task and variables."""
 
-    def __init__(self, state: SessionState, limit: int) -> None:
+    def __init__(
+        self,
+        state: SessionState,
+        limit: int,
+        params: WorkingParams = DEFAULT_WORKING,
+        scoring: ScoringParams = DEFAULT_PARAMS,
+    ) -> None:
         self.session_id = state.session_id
-        self.turns: deque[Turn] = deque(state.turns, maxlen=limit)
+        self.limit = limit
+        self.params = params
+        self.scoring = scoring
+        self.ttl = timedelta(seconds=params.idle_ttl_s)
+        self.turns: list[Turn] = list(state.turns)
         self.tokens = sum(t.tokens for t in self.turns)
         self.task = state.task
         self.variables = dict(state.variables)
         self.dropped = state.dropped
+        self.compressed = state.compressed
         self.last_at = state.last_at
 
+    def touch(self, at: datetime) -> None:
+        self.last_at = max(self.last_at, at)
+
+    def idle(self, at: datetime) -> bool:
+        """Whether the session's last activity is more than the TTL before ``at``."""
+        return at - self.last_at > self.ttl
+
     def add(self, turn: Turn) -> WorkingBody:
-        """Append ``turn``, evicting the oldest when full; return the delta."""
-        evicted = 0
-        if len(self.turns) == self.turns.maxlen:
-            self.tokens -= self.turns[0].tokens
-            self.dropped += 1
-            evicted = 1
+        """Append ``turn``, then keep the turn cap and the token budget; return the delta."""
         self.turns.append(turn)
         self.tokens += turn.tokens
-        self.last_at = turn.occurred_at
-        return self.body(added=[turn], evicted=evicted)
+        self.touch(turn.occurred_at)
+        capped = max(0, len(self.turns) - self.limit)
+        self._evict(capped)
+        self.dropped += capped
+        fitted, summary = self._fit()
+        return self.body(
+            added=[turn],
+            evicted=capped + fitted,
+            prepended=[] if summary is None else [summary],
+        )
+
+    def _fit(self) -> tuple[int, Turn | None]:
+        """Bring the tokens within the budget: replace the ``k`` oldest entries by a
+        summary, ``k`` as small as leaves the verbatim turns under ``compress_to`` of
+        the budget and the whole within it; else keep only the newest turn. Return
+        ``k`` and the summary now in front (None when none was made)."""
+        budget = self.params.token_budget
+        turns = self.turns
+        if self.tokens <= budget or len(turns) < 2:
+            return 0, None
+        if turns[-1].tokens <= budget:
+            goal = math.floor(budget * self.params.compress_to)
+            k, rest = 1, self.tokens - turns[0].tokens  # rest: tokens of turns[k:]
+            while k < len(turns) - 1 and rest > goal:
+                rest -= turns[k].tokens
+                k += 1
+            while k < len(turns):
+                summary = self._summary(turns[:k])
+                made = 0 if summary is None else summary.tokens
+                if made + rest <= budget:
+                    self._replace(k, summary)
+                    return k, summary
+                rest -= turns[k].tokens
+                k += 1
+        k = len(turns) - 1  # the last resort: only the newest turn stays
+        self._replace(k, None)
+        return k, None
+
+    def _summary(self, turns: list[Turn]) -> Turn | None:
+        """One entry summarising ``turns`` (dated and named by the newest of them)."""
+        text = summarise(
+            [(t.role, t.content) for t in turns],
+            max_chars=self.params.summary_chars,
+            params=self.scoring,
+        )
+        if not text:
+            return None
+        last = turns[-1]
+        return Turn(
+            event_id=last.event_id,
+            role=SUMMARY_ROLE,
+            content=text,
+            occurred_at=last.occurred_at,
+            tokens=estimate_tokens(text),
+        )
+
+    def _replace(self, k: int, summary: Turn | None) -> None:
+        """Replace the ``k`` oldest entries by ``summary`` (or by nothing)."""
+        folded = sum(1 for t in self.turns[:k] if t.role != SUMMARY_ROLE)
+        self._evict(k)
+        if summary is None:
+            self.dropped += folded
+        else:
+            self.compressed += folded
+            self.turns.insert(0, summary)
+            self.tokens += summary.tokens
+
+    def _evict(self, k: int) -> None:
+        if k:
+            self.tokens -= sum(t.tokens for t in self.turns[:k])
+            del self.turns[:k]
 
     def body(
-        self, *, added: list[Turn] | None = None, evicted: int = 0, cleared: bool = False
+        self,
+        *,
+        added: list[Turn] | None = None,
+        evicted: int = 0,
+        prepended: list[Turn] | None = None,
+        cleared: bool = False,
     ) -> WorkingBody:
         return WorkingBody(
             added=added or [],
             evicted=evicted,
+            prepended=prepended or [],
             size=0 if cleared else len(self.turns),
             tokens=0 if cleared else self.tokens,
             task=self.task,
             variables=dict(self.variables),
             cleared=cleared,
+            expired=[],  # given, not defaulted: pydantic deep-copies a mutable default
         )
 
     def state(self) -> SessionState:
@@ -78,22 +218,64 @@ class SessionWorking:
             task=self.task,
             variables=dict(self.variables),
             dropped=self.dropped,
+            compressed=self.compressed,
             last_at=self.last_at,
         )
 
 
-CJK = re.compile("[\u3000-\u9fff\uac00-\ud7af]")
+CJK = re.compile(
+    "["
+    "\u1100-\u11ff"  # Hangul jamo
+    "\u2e80-\u2fdf"  # CJK radicals, Kangxi radicals
+    "\u3000-\u9fff"  # CJK punctuation, kana, bopomofo, extension A, unified ideographs
+    "\uac00-\ud7af"  # Hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\uff00-\uffef"  # full-width and half-width forms (，！？：)
+    "\U00020000-\U0003134f"  # CJK extensions B-H
+    "]"
+)
 
 
 def estimate_tokens(text: str) -> int:
-    """Rough token count: one per CJK character, one per ~4 other characters."""
+    """Rough token count: one per CJK character (ideographs, kana, Hangul, their
+    punctuation and full-width forms), one per started 4 other characters."""
     cjk = len(CJK.findall(text))
     return cjk + (len(text) - cjk + 3) // 4
 
 
-def turn_of(event: Event) -> Turn | None:
+def offload(content: str, event_id: str, head_tokens: int) -> str:
+    """The short stand-in of an offloaded text: its first sentences that fit in
+    ``head_tokens`` estimated tokens (else as many of its first characters), "…",
+    and where the full text is: ``[offloaded: N chars, event <id>]``."""
+    head = ""
+    for sentence in split_sentences(content):
+        gap = " " if head and not (CJK.match(head[-1]) and CJK.match(sentence[0])) else ""
+        longer = head + gap + sentence
+        if estimate_tokens(longer) > head_tokens:
+            break
+        head = longer
+    if not head:
+        head = _prefix(content.strip(), head_tokens).rstrip()
+    return f"{head}… [offloaded: {len(content)} chars, event {event_id}]"
+
+
+def _prefix(text: str, tokens: int) -> str:
+    """The longest start of ``text`` whose :func:`estimate_tokens` is at most ``tokens``."""
+    cjk = other = 0
+    for i, char in enumerate(text):
+        if CJK.match(char):
+            cjk += 1
+        else:
+            other += 1
+        if cjk + (other + 3) // 4 > tokens:
+            return text[:i]
+    return text
+
+
+def turn_of(event: Event, params: WorkingParams = DEFAULT_WORKING) -> Turn | None:
     """The working-memory entry an event contributes, if any."""
     role: str
+    offloaded = False
     match event:
         case InteractionRecorded(body=body):
             role, content = body.role, body.content
@@ -101,6 +283,9 @@ def turn_of(event: Event) -> Turn | None:
             role, content = "tool_call", f"{body.tool}({body.arguments})"
         case ToolResult(body=body):
             role, content = "tool", body.content
+            if len(content) > params.offload_chars:
+                content = offload(content, str(event.event_id), params.offload_head_tokens)
+                offloaded = True
         case _:
             return None
     return Turn(
@@ -109,40 +294,74 @@ def turn_of(event: Event) -> Turn | None:
         content=content,
         occurred_at=event.occurred_at,
         tokens=estimate_tokens(content),
+        offloaded=offloaded,
     )
 
 
 class WorkingMemory:
     """Every open session of one agent; :meth:`apply` returns the change an event
-    made to its session's working memory (or None when it changed none)."""
+    made to working memory (or None when it changed none)."""
 
-    def __init__(self, sessions: list[SessionState], limit: int) -> None:
+    def __init__(
+        self,
+        sessions: list[SessionState],
+        limit: int,
+        params: WorkingParams = DEFAULT_WORKING,
+        scoring: ScoringParams = DEFAULT_PARAMS,
+    ) -> None:
         self.limit = limit
-        self.sessions = {s.session_id: SessionWorking(s, limit) for s in sessions}
+        self.params = params
+        self.scoring = scoring
+        self.sessions = {s.session_id: self._working(s) for s in sessions}
+
+    def _working(self, state: SessionState) -> SessionWorking:
+        return SessionWorking(state, self.limit, self.params, self.scoring)
 
     def apply(self, event: Event) -> WorkingBody | None:
+        if isinstance(event, ClockTicked):
+            return self._expire(event.occurred_at)
         sid = event.session_id
         if sid is None:
             return None
+        at = event.occurred_at
+        old = self.sessions.get(sid)
         if isinstance(event, SessionEnded):
-            ended = self.sessions.pop(sid, None)
-            if ended is None:
+            if old is None:
                 return None
-            return ended.body(evicted=len(ended.turns), cleared=True)
+            del self.sessions[sid]
+            return old.body(evicted=len(old.turns), cleared=True)
+        stale = old is not None and old.idle(at)
+        if old is not None and stale:
+            del self.sessions[sid]
+        body: WorkingBody | None = None
         if isinstance(event, SessionStarted):
-            session = self._session(sid, event.occurred_at)
+            session = self._session(sid, at)
             session.task = event.body.task
-            session.last_at = event.occurred_at
-            return session.body()
-        turn = turn_of(event)
-        if turn is None:
+            session.touch(at)
+            body = session.body()
+        elif (turn := turn_of(event, self.params)) is not None:
+            body = self._session(sid, at).add(turn)
+        if old is None or not stale:
+            return body
+        # the idle TTL cleared the session; this event, if it is a turn or a start,
+        # opened it afresh (a fresh session neither evicts nor compresses)
+        if body is None:
+            return old.body(evicted=len(old.turns), cleared=True)
+        return body.model_copy(update={"evicted": len(old.turns), "cleared": True})
+
+    def _expire(self, at: datetime) -> WorkingBody | None:
+        """At a clock.tick: clear every idle session."""
+        expired = sorted(sid for sid, s in self.sessions.items() if s.idle(at))
+        if not expired:
             return None
-        return self._session(sid, event.occurred_at).add(turn)
+        for sid in expired:
+            del self.sessions[sid]
+        return WorkingBody(size=0, tokens=0, cleared=True, expired=expired)
 
     def _session(self, sid: str, at: datetime) -> SessionWorking:
         session = self.sessions.get(sid)
         if session is None:
-            session = SessionWorking(SessionState(session_id=sid, last_at=at), self.limit)
+            session = self._working(SessionState(session_id=sid, turns=[], last_at=at))
             self.sessions[sid] = session
         return session
 

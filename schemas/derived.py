@@ -127,18 +127,33 @@ class Turn(Model):
 
 
 class WorkingBody(Model):
-    """A change of one session's working memory, as a delta: ``added`` turns were
-    appended, then the ``evicted`` oldest ones left. ``size`` and ``tokens`` describe
-    the whole working memory after the change; ``cleared`` marks the session's end.
-    Folding a session's deltas in order rebuilds its working memory exactly."""
+    """A change of working memory, as a delta. Folding an agent's deltas in order
+    rebuilds every session's working memory exactly, by this rule:
+
+    1. the working memory of every session named in ``expired`` is dropped whole
+       (the idle TTL cleared it at a ``clock.tick``; such a delta has no session);
+    2. the delta's own session (``session_id``, when there is one) becomes
+       ``prepended + working[evicted:] + added``: its ``evicted`` oldest entries
+       left, ``prepended`` (at most one entry, role ``summary``: what was
+       compressed, including any earlier summary) went in front and ``added``
+       (the new turn) at the end.
+
+    ``size`` and ``tokens`` describe the session's whole working memory after the
+    change (0 on a tick); ``task`` and ``variables`` are given whole. ``cleared``:
+    everything the session held was discarded (``evicted`` is all of it), at
+    ``session.ended`` or because the idle TTL expired before this event (which, if
+    a turn or a start, then opened the session afresh); on a tick, the sessions in
+    ``expired`` were. A session with no entries left and one never seen are alike."""
 
     added: list[Turn] = []
     evicted: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    prepended: list[Turn] = []
     size: Annotated[int, Field(ge=0, le=INT64_MAX)]
     tokens: Annotated[int, Field(ge=0, le=INT64_MAX)]
     task: str | None = None
     variables: dict[str, str] = {}
     cleared: bool = False
+    expired: list[str] = []
 
 
 class WorkingUpdated(DerivedEvent):

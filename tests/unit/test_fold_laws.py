@@ -3,6 +3,7 @@ deterministic derived ids, replay equality, redelivery, resume from a snapshot."
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
@@ -14,7 +15,8 @@ from hypothesis import strategies as st
 
 from processors import AgentMemory, AgentState, MemoryConfig, as_of, evolve
 from processors.ids import ENGRAM_NAMESPACE, derived_id
-from processors.working import estimate_tokens
+from processors.summary import summarise
+from processors.working import WorkingParams, estimate_tokens, offload
 from schemas import (
     ClockTicked,
     DerivedEvent,
@@ -129,9 +131,12 @@ def test_config_version_names_every_parameter() -> None:
         MemoryConfig(working_turns=base.working_turns + 1),
         MemoryConfig(dedupe_window=base.dedupe_window + 1),
         MemoryConfig(name="experiment"),
+        MemoryConfig(working=WorkingParams(token_budget=base.working.token_budget + 1)),
+        MemoryConfig(working=WorkingParams(offload_chars=base.working.offload_chars + 1)),
+        MemoryConfig(working=WorkingParams(idle_ttl_s=base.working.idle_ttl_s + 1)),
     ]
     versions = {base.version} | {v.version for v in variants}
-    assert len(versions) == 4
+    assert len(versions) == 7
     assert MemoryConfig(name="experiment").version.startswith("experiment@")
 
 
@@ -203,7 +208,18 @@ def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
     return events
 
 
-configs = st.builds(MemoryConfig, working_turns=st.integers(1, 4))
+# small budgets, thresholds and TTLs, so that compression, offloading and idle
+# expiry all happen in logs of a few short turns an hour or so apart
+working_params = st.builds(
+    WorkingParams,
+    token_budget=st.integers(1, 40),
+    compress_to=st.sampled_from([0.25, 0.75, 1.0]),
+    summary_chars=st.integers(16, 40),
+    offload_chars=st.integers(1, 16),
+    offload_head_tokens=st.integers(1, 4),
+    idle_ttl_s=st.sampled_from([3_600.0, 7_200.0, 86_400.0]),
+)
+configs = st.builds(MemoryConfig, working_turns=st.integers(1, 4), working=working_params)
 
 
 def test_generated_logs_are_interesting() -> None:
@@ -222,6 +238,42 @@ def test_generated_logs_are_interesting() -> None:
     assert {"session.started", "session.ended", "interaction.recorded", "tool.called"} <= seen
     assert {"tool.result", "fact.asserted", "clock.tick"} <= seen
     assert dup_seen
+
+
+def test_generated_working_memory_is_interesting() -> None:
+    """The generated logs and configs reach every path of working memory."""
+    paths: set[str] = set()
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(agent_logs(), configs)
+    def look(log: list[Event], config: MemoryConfig) -> None:
+        memory = AgentMemory.empty(AGENT, config)
+        for event in log:
+            for d in memory.apply(event).derived:
+                if not isinstance(d, WorkingUpdated):
+                    continue
+                body = d.body
+                checks = {
+                    "compressed": bool(body.prepended),
+                    "offloaded": any(t.offloaded for t in body.added),
+                    "tick expiry": bool(body.expired),
+                    "idle restart": body.cleared and bool(body.added),
+                    "ended": body.cleared and isinstance(event, SessionEnded),
+                    "over budget": body.tokens > config.working.token_budget,
+                    "last resort": body.evicted > 0 and not body.prepended and body.size == 1,
+                }
+                paths.update(name for name, hit in checks.items() if hit)
+
+    look()
+    assert paths == {
+        "compressed",
+        "offloaded",
+        "tick expiry",
+        "idle restart",
+        "ended",
+        "over budget",
+        "last resort",
+    }
 
 
 @LAWS
@@ -303,7 +355,11 @@ def test_sequence_and_ids_over_a_log(log: list[Event], config: MemoryConfig) -> 
             continue  # the other processors have tests of their own
         assert d.body.size <= config.working_turns
         assert len(d.body.added) <= 1
+        assert len(d.body.prepended) <= 1
         assert d.body.evicted <= config.working_turns
+        # within the budget, unless the newest turn alone is over it (a start or a
+        # restart may follow it and still report it)
+        assert d.body.tokens <= config.working.token_budget or d.body.size == 1
 
 
 @LAWS
@@ -320,56 +376,130 @@ def test_as_of_is_the_fold_of_the_past(
     assert as_of(log, moment, AGENT, config) == memory.state()
 
 
-def reference_turn(event: Event) -> tuple[str, str, str] | None:
-    """(event id, role, content) of the working-memory entry an event makes, if any."""
+Entry = tuple[str, str, str, bool]
+"""(event id, role, content, offloaded) of one working-memory entry."""
+
+
+def reference_turn(event: Event, params: WorkingParams) -> Entry | None:
+    """The working-memory entry an event makes, if any."""
     match event:
         case InteractionRecorded(body=body):
-            return str(event.event_id), body.role, body.content
+            return str(event.event_id), body.role, body.content, False
         case ToolCalled(body=body):
-            return str(event.event_id), "tool_call", f"{body.tool}({body.arguments})"
+            return str(event.event_id), "tool_call", f"{body.tool}({body.arguments})", False
+        case ToolResult(body=body) if len(body.content) > params.offload_chars:
+            short = offload(body.content, str(event.event_id), params.offload_head_tokens)
+            return str(event.event_id), "tool", short, True
         case ToolResult(body=body):
-            return str(event.event_id), "tool", body.content
+            return str(event.event_id), "tool", body.content, False
     return None
+
+
+def cost(entries: Sequence[Entry]) -> int:
+    return sum(estimate_tokens(content) for _, _, content, _ in entries)
+
+
+def reference_fit(
+    turns: list[Entry], config: MemoryConfig
+) -> tuple[list[Entry], list[Entry], int, int]:
+    """Turns within the budget, by brute force: the first prefix of k entries (never
+    the newest) that leaves the verbatim rest under ``compress_to`` of the budget (or
+    is all but the newest) and whose summary fits with the rest; else the newest
+    alone. Returns the turns, the summary made ([] or [it]), k, and how many of the
+    k were turns (not an earlier summary): summarised, or dropped if no summary."""
+    params = config.working
+    budget = params.token_budget
+    if cost(turns) <= budget or len(turns) < 2:
+        return turns, [], 0, 0
+    raw = [sum(role != "summary" for _, role, _, _ in turns[:k]) for k in range(len(turns))]
+    if estimate_tokens(turns[-1][2]) <= budget:
+        goal = math.floor(budget * params.compress_to)
+        for k in range(1, len(turns)):
+            rest = turns[k:]
+            if cost(rest) > goal and k < len(turns) - 1:
+                continue
+            text = summarise([(r, c) for _, r, c, _ in turns[:k]], max_chars=params.summary_chars)
+            if estimate_tokens(text) + cost(rest) > budget:
+                continue
+            if not text:
+                return rest, [], k, raw[k]
+            summary = (turns[k - 1][0], "summary", text, False)
+            return [summary, *rest], [summary], k, raw[k]
+    k = len(turns) - 1
+    return turns[k:], [], k, raw[k]
 
 
 @LAWS
 @given(log=agent_logs(), config=configs)
 def test_working_memory_matches_a_reference_model(log: list[Event], config: MemoryConfig) -> None:
-    """A deliberately naive re-statement of L1 working memory, compared delta by delta;
-    the deltas, folded per session, must rebuild the reference's turns after each one."""
+    """A deliberately naive re-statement of L1 working memory (turn cap, budget by
+    compression, offloading, idle TTL at the session's next event or a tick),
+    compared delta by delta; the deltas, folded by the rule of ``WorkingBody``, must
+    rebuild the reference's turns, and the processor's own, after each one."""
+    params = config.working
+    ttl = timedelta(seconds=params.idle_ttl_s)
     sessions: dict[str, dict[str, Any]] = {}
     expected: list[tuple[Any, ...]] = []
     seen: set[UUID] = set()
+
+    def fresh(at: datetime) -> dict[str, Any]:
+        return {"turns": [], "task": None, "dropped": 0, "compressed": 0, "last": at}
+
     for event in log:
-        sid = event.session_id
-        if event.event_id in seen or sid is None:
-            seen.add(event.event_id)
+        sid, at = event.session_id, event.occurred_at
+        if event.event_id in seen:
             continue
         seen.add(event.event_id)
+        if isinstance(event, ClockTicked):
+            idle = sorted(s for s, session in sessions.items() if at - session["last"] > ttl)
+            for s in idle:
+                del sessions[s]
+            if idle:
+                expected.append((None, [], [], 0, 0, 0, None, True, idle, []))
+            continue
+        if sid is None:
+            continue
         if isinstance(event, SessionEnded):
             ended = sessions.pop(sid, None)
             if ended is not None:
                 held = len(ended["turns"])
-                expected.append((sid, [], held, 0, 0, ended["task"], True, []))
+                expected.append((sid, [], [], held, 0, 0, ended["task"], True, [], []))
             continue
-        added: list[tuple[str, str, str]] = []
+        stale = sid in sessions and at - sessions[sid]["last"] > ttl
+        cleared_task, held = None, 0
+        if stale:
+            cleared = sessions.pop(sid)
+            cleared_task, held = cleared["task"], len(cleared["turns"])
+        added: list[Entry] = []
+        summary: list[Entry] = []
         evicted = 0
         if isinstance(event, SessionStarted):
-            session = sessions.setdefault(sid, {"turns": [], "task": None, "dropped": 0})
+            session = sessions.setdefault(sid, fresh(at))
             session["task"] = event.body.task
-        elif (turn := reference_turn(event)) is not None:
-            session = sessions.setdefault(sid, {"turns": [], "task": None, "dropped": 0})
-            session["turns"].append(turn)
+            session["last"] = max(session["last"], at)
+        elif (turn := reference_turn(event, params)) is not None:
+            session = sessions.setdefault(sid, fresh(at))
+            session["last"] = max(session["last"], at)
+            turns = [*session["turns"], turn]
             added = [turn]
-            if len(session["turns"]) > config.working_turns:
-                session["turns"].pop(0)
+            if len(turns) > config.working_turns:
+                turns = turns[1:]
                 session["dropped"] += 1
                 evicted = 1
+            turns, summary, k, folded = reference_fit(turns, config)
+            evicted += k
+            session["compressed" if summary else "dropped"] += folded
+            session["turns"] = turns
+        elif stale:
+            expected.append((sid, [], [], held, 0, 0, cleared_task, True, [], []))
+            continue
         else:
             continue
         turns = list(session["turns"])
-        tokens = sum(estimate_tokens(content) for _, _, content in turns)
-        expected.append((sid, added, evicted, len(turns), tokens, session["task"], False, turns))
+        row = [sid, summary, added, evicted, len(turns), cost(turns), session["task"]]
+        if stale:
+            row[3] = held
+        expected.append((*row, stale, [], turns))
 
     memory = AgentMemory.empty(AGENT, config)
     rebuilt: dict[str | None, list[Turn]] = {}
@@ -379,40 +509,49 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
             if not isinstance(d, WorkingUpdated):
                 continue
             body = d.body
-            for t in body.added:
+            for t in [*body.prepended, *body.added]:
                 assert t.tokens == estimate_tokens(t.content)
-            working = rebuilt.get(d.session_id, [])
-            assert body.evicted <= len(working)
-            working = [] if body.cleared else working[body.evicted :] + body.added
-            if body.cleared:
-                rebuilt.pop(d.session_id, None)
-            else:
+            for gone in body.expired:
+                rebuilt.pop(gone, None)
+            working: list[Turn] = []
+            if d.session_id is not None:
+                working = rebuilt.get(d.session_id, [])
+                assert body.evicted <= len(working)
+                working = body.prepended + working[body.evicted :] + body.added
                 rebuilt[d.session_id] = working
             assert body.size == len(working)
             assert body.tokens == sum(t.tokens for t in working)
-            added = [(t.event_id, t.role, t.content) for t in body.added]
-            turns = [(t.event_id, t.role, t.content) for t in working]
+
+            def entries(turns: list[Turn]) -> list[Entry]:
+                return [(t.event_id, t.role, t.content, t.offloaded) for t in turns]
+
             actual.append(
                 (
                     d.session_id,
-                    added,
+                    entries(body.prepended),
+                    entries(body.added),
                     body.evicted,
                     body.size,
                     body.tokens,
                     body.task,
                     body.cleared,
-                    turns,
+                    body.expired,
+                    entries(working),
                 )
             )
+        held = {s.session_id: s.turns for s in memory.state().sessions if s.turns}
+        assert held == {sid: turns for sid, turns in rebuilt.items() if turns}
     assert actual == expected
     final = {
-        s.session_id: ([(t.event_id, t.role, t.content) for t in s.turns], s.task, s.dropped)
+        s.session_id: (
+            [(t.event_id, t.role, t.content, t.offloaded) for t in s.turns],
+            s.task,
+            s.dropped,
+            s.compressed,
+        )
         for s in memory.state().sessions
     }
     assert final == {
-        sid: (session["turns"], session["task"], session["dropped"])
+        sid: (session["turns"], session["task"], session["dropped"], session["compressed"])
         for sid, session in sessions.items()
-    }
-    assert {sid: [t.event_id for t in turns] for sid, turns in rebuilt.items()} == {
-        sid: [event_id for event_id, _, _ in session["turns"]] for sid, session in sessions.items()
     }
