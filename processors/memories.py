@@ -81,6 +81,7 @@ class NewMemory:
     sources: list[str]
     at: datetime
     user_id: str | None
+    session_id: str | None = None
 
 
 Change = tuple[type[DerivedEvent], Model]

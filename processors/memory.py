@@ -67,6 +67,14 @@ class AgentState(Model):
         return [packed[i : i + 16] for i in range(0, len(packed), 16)]
 
 
+Scoped = tuple[type[DerivedEvent], Model, str | None, str | None]
+"""A change with the session and user it belongs to."""
+
+
+def scoped(changes: list[Change], session_id: str | None, user_id: str | None) -> list[Scoped]:
+    return [(kind, body, session_id, user_id) for kind, body in changes]
+
+
 @dataclass(frozen=True)
 class Step:
     """What folding one event did: ``seq`` is None for a dropped duplicate."""
@@ -121,8 +129,8 @@ class AgentMemory:
             kind(  # every derived type has a typed ``body``; the pairs are built to match
                 event_id=derived_id(event.event_id, idx),
                 agent_id=event.agent_id,
-                session_id=event.session_id,
-                user_id=event.user_id,
+                session_id=session_id,
+                user_id=user_id,
                 occurred_at=event.occurred_at,
                 source_event_id=event.event_id,
                 seq=self.seq,
@@ -130,26 +138,31 @@ class AgentMemory:
                 config_version=self.config.version,
                 body=body,  # type: ignore[call-arg]  # DerivedEvent subclasses declare body
             )
-            for idx, (kind, body) in enumerate(changes)
+            for idx, (kind, body, session_id, user_id) in enumerate(changes)
         )
 
-    def _changes(self, event: Event) -> list[Change]:
+    def _changes(self, event: Event) -> list[Scoped]:
         """Every memory change ``event`` makes, in a fixed order: working memory,
-        episodes and their memories, reinforcement, forgetting, facts, persona, skills."""
-        changes: list[Change] = []
+        episodes and their memories, consolidation, reinforcement, forgetting, facts,
+        persona, skills. Each carries the session and user it belongs to: the event's,
+        except for episodes and memories, which keep their own (a tick that closes an
+        episode has neither)."""
+        here = (event.session_id, event.user_id)
+        changes: list[Scoped] = []
         working = self.working.apply(event)
         if working is not None:
-            changes.append((WorkingUpdated, working))
+            changes.append((WorkingUpdated, working, *here))
         episodes = self.episodes.apply(event)
-        changes += [(EpisodeClosed, body) for body in episodes.closed]
-        users = {new.memory_id: new.user_id for new in episodes.memories}
+        owners = {new.memory_id: (new.session_id, new.user_id) for new in episodes.memories}
         for body in episodes.closed:
-            self.consolidation.add(body, users.get(body.episode_id))
+            session_id, user_id = owners.get(body.episode_id, here)
+            changes.append((EpisodeClosed, body, session_id, user_id))
+            self.consolidation.add(body, user_id)
         for new in episodes.memories:
-            changes += self.memories.create(new)
+            changes += scoped(self.memories.create(new), new.session_id, new.user_id)
         for new in self.consolidation.due(self.agent_id, event.occurred_at):
-            changes += self.memories.create(new)
-        changes += self._long_term(event)
+            changes += scoped(self.memories.create(new), new.session_id, new.user_id)
+        changes += scoped(self._long_term(event), *here)
         return changes
 
     def _long_term(self, event: Event) -> list[Change]:

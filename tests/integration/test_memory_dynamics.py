@@ -130,6 +130,12 @@ def test_a_month_of_memory_in_clickhouse(stack: Stack) -> None:
     )
     # the gap in "chat" cuts one; the tick 40 days on closes the still-open rest of it
     assert cuts == {"session_ended": 3, "idle_gap": 2, "turn_count": 1}
+    owners = stack.rows(
+        "SELECT DISTINCT session_id, user_id FROM episodes WHERE agent_id = {a:String}"
+        " AND session_id = 'chat'",
+        a=agent_id,
+    )
+    assert owners == [("chat", "mei")], "an episode closed by a tick keeps its session and user"
     trip = episode_id(marks["trip"])
     summary, importance, previous = stack.rows(
         "SELECT summary, importance, previous_episode_id FROM episodes"

@@ -227,7 +227,7 @@ def test_generated_logs_are_interesting() -> None:
     seen: set[str] = set()
     dup_seen = False
 
-    @settings(max_examples=100, deadline=None, database=None)
+    @settings(max_examples=100, deadline=None, database=None, derandomize=True)
     @given(agent_logs())
     def look(log: list[Event]) -> None:
         nonlocal dup_seen
@@ -244,7 +244,7 @@ def test_generated_working_memory_is_interesting() -> None:
     """The generated logs and configs reach every path of working memory."""
     paths: set[str] = set()
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
     @given(agent_logs(), configs)
     def look(log: list[Event], config: MemoryConfig) -> None:
         memory = AgentMemory.empty(AGENT, config)
