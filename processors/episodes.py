@@ -19,7 +19,7 @@ from pydantic import Field
 
 from processors.ids import ENGRAM_NAMESPACE
 from processors.memories import NewMemory
-from processors.scoring import Scores, ScoringParams, aggregate, extract_entities, score_turn
+from processors.scoring import Scores, ScoringParams, aggregate, analyse_turn
 from processors.summary import SUMMARISER_NAME, summarise
 from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, Model, SessionEnded
 from schemas.base import UtcMillis
@@ -100,7 +100,7 @@ class Episodes:
         episode = self.open.setdefault(sid, OpenEpisode(session_id=sid, user_id=event.user_id))
         episode.turns.append(turn)
         if turn.importance >= self.params.single_turn_importance:
-            memories.append(self._turn_memory(turn, event.user_id))
+            memories.append(self._turn_memory(turn, event.user_id, sid))
         if len(episode.turns) >= self.params.max_turns:
             self._close(sid, "turn_count", closed, memories)
         return EpisodeOutput(closed, memories)
@@ -111,14 +111,14 @@ class Episodes:
 
     def _turn(self, event: InteractionRecorded) -> EpisodeTurn:
         body = event.body
-        scores = score_turn(
+        scores, found = analyse_turn(
             body.content,
             importance=body.importance,
             sentiment=body.sentiment,
             confidence=body.confidence,
             params=self.scoring,
         )
-        entities = list(dict.fromkeys([*body.entities, *extract_entities(body.content)]))[:10]
+        entities = list(dict.fromkeys([*body.entities, *found]))[:10]
         return EpisodeTurn(
             event_id=str(event.event_id),
             role=body.role,
@@ -131,7 +131,7 @@ class Episodes:
         )
 
     @staticmethod
-    def _turn_memory(turn: EpisodeTurn, user_id: str | None) -> NewMemory:
+    def _turn_memory(turn: EpisodeTurn, user_id: str | None, session_id: str) -> NewMemory:
         return NewMemory(
             memory_id=memory_id_of("turn", turn.event_id),
             layer="L2",
@@ -144,6 +144,7 @@ class Episodes:
             sources=[turn.event_id],
             at=turn.at,
             user_id=user_id,
+            session_id=session_id,
         )
 
     def _close(
@@ -192,6 +193,7 @@ class Episodes:
                 sources=sources,
                 at=turns[-1].at,
                 user_id=episode.user_id,
+                session_id=episode.session_id,
             )
         )
 

@@ -17,7 +17,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Annotated
 
@@ -43,8 +43,8 @@ _TOKEN = re.compile(
 )
 _CJK_CHAR = re.compile(f"[{CJK}]")
 _WORD = re.compile(rf"[^\W_{CJK}]+(?:'[^\W_{CJK}]+)*")
-_SPACES = re.compile(r"\s+")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+_CURLY = re.compile("[\u2019\u2018\u02bc]")
 _CLAUSE_END = re.compile(r"[,.;:!?\n、。，；：！？]")
 _LATIN_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 
@@ -54,8 +54,12 @@ def normalise(text: str) -> str:
 
     Idempotent in practice and the common ground of every lexicon match.
     """
-    folded = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
-    return _SPACES.sub(" ", folded).strip()
+    if text.isascii():  # NFKC and the apostrophe map leave ASCII alone
+        return " ".join(text.lower().split())
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    if _CURLY.search(folded):
+        folded = folded.translate(_APOSTROPHES)
+    return " ".join(folded.split())  # the same whitespace as ``\\s`` and ``strip()``
 
 
 Spans = list[tuple[int, int]]
@@ -248,19 +252,44 @@ class ScoringParams(Model):
     def confidence_lexicon(self) -> Lexicon:
         return Lexicon.build(self.confidence_cues)
 
+    @cached_property
+    def negator_set(self) -> frozenset[str]:
+        return frozenset(self.negators)
+
+    @cached_property
+    def intensifier_set(self) -> frozenset[str]:
+        return frozenset(self.intensifiers)
+
+    @cached_property
+    def intensifier_chars(self) -> frozenset[str]:
+        """Every character of an intensifier: a window without any has none to remove."""
+        return frozenset("".join(self.intensifiers))
+
+
+_W = f"[^\\W_{CJK}]"
+"""A character of a :data:`_WORD` word (letter or digit, not CJK)."""
+
 
 @dataclass(frozen=True)
 class Lexicon:
     """A compiled cue table giving leftmost-longest, non-overlapping matches.
 
-    Latin cues (one or more words) match whole words only, by looking up word
-    n-grams; CJK cues match anywhere (no segmenter), by one literal alternation.
+    Latin cues (one or more words) match whole words only; CJK cues match anywhere
+    (no segmenter), by one literal alternation. When every Latin cue is plain words
+    joined by single spaces (the shipped tables), the Latin cues are one whole-word
+    alternation too (``latin``), run only from the first word that can start a cue;
+    otherwise they are found by looking up word n-grams.
     """
 
     weights: Mapping[str, float]
     cjk: re.Pattern[str] | None
     firsts: frozenset[str]
     longest: int
+    latin: re.Pattern[str] | None = None
+    single: frozenset[str] = frozenset()
+    """The Latin cues of one word."""
+    multi: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """First word -> the Latin cues of several words that start with it."""
 
     @classmethod
     def build(cls, table: Mapping[str, float]) -> Lexicon:
@@ -269,19 +298,57 @@ class Lexicon:
         latin = [c for c in weights if c not in cjk]
         pattern = re.compile("|".join(map(re.escape, cjk))) if cjk else None
         firsts = frozenset(c.split(" ")[0] for c in latin)
-        return cls(weights, pattern, firsts, max((c.count(" ") + 1 for c in latin), default=0))
+        longest = max((c.count(" ") + 1 for c in latin), default=0)
+        single = frozenset(c for c in latin if " " not in c)
+        multi: dict[str, tuple[str, ...]] = {}
+        for cue in latin:
+            if " " in cue:
+                first = cue.split(" ")[0]
+                multi[first] = (*multi.get(first, ()), cue)
+        return cls(weights, pattern, firsts, longest, _whole_words(latin), single, multi)
 
     def hits(self, norm: str, words: Spans | None = None) -> list[tuple[int, str, float]]:
         """``(start, cue, weight)`` of each match in normalised text, in text order.
 
         ``words`` are the spans of :func:`word_spans` of ``norm``, when already known.
         """
+        if self.latin is not None:
+            return self.find(norm, _WORD.findall(norm))
         found = list(self._latin_hits(norm, words)) if self.firsts else []
-        if self.cjk is not None:
-            found += [
-                (m.start(), m.group(), self.weights[m.group()]) for m in self.cjk.finditer(norm)
-            ]
-        return sorted(found)
+        return self._with_cjk(norm, found)
+
+    def _with_cjk(
+        self, norm: str, found: list[tuple[int, str, float]]
+    ) -> list[tuple[int, str, float]]:
+        """``found`` plus the CJK matches, sorted (a CJK cue holds a non-ASCII char)."""
+        if self.cjk is None or norm.isascii():
+            return found
+        weights = self.weights
+        cjk = [(m.start(), m.group(), weights[m.group()]) for m in self.cjk.finditer(norm)]
+        if not found:
+            return cjk
+        return sorted(found + cjk) if cjk else found
+
+    def _fast_latin_hits(self, norm: str, words: list[str]) -> list[tuple[int, str, float]]:
+        """:meth:`_latin_hits` by regex, from the first word that starts a cue.
+
+        ``words`` are the words of ``norm`` (``_WORD.findall``); every cue starts with
+        one of them, so no match can start before the first occurrence of one.
+        """
+        assert self.latin is not None
+        starts = self.firsts.intersection(words)
+        if not starts:
+            return []
+        multi = self.multi
+        if starts.isdisjoint(self.single) and not any(
+            cue in norm for first in starts for cue in multi.get(first, ())
+        ):
+            return []  # no cue of one word, none of several even as a substring
+        start = min(norm.find(word) for word in starts)
+        weights = self.weights
+        return [
+            (m.start(), m.group(), weights[m.group()]) for m in self.latin.finditer(norm, start)
+        ]
 
     def _latin_hits(self, norm: str, words: Spans | None) -> Iterator[tuple[int, str, float]]:
         """Longest cue of whole words at each word, left to right, without overlaps."""
@@ -297,10 +364,55 @@ class Lexicon:
                         break
             i += 1
 
+    def find(self, norm: str, words: list[str]) -> list[tuple[int, str, float]]:
+        """:meth:`hits`, given the words of ``norm`` (``_WORD.findall(norm)``)."""
+        if self.latin is None:
+            return self.hits(norm)
+        return self._with_cjk(norm, self._fast_latin_hits(norm, words))
+
+    def distinct_sum_of(self, norm: str, words: list[str]) -> float:
+        """:meth:`distinct_sum`, given the words of ``norm`` (``_WORD.findall(norm)``).
+
+        When no cue of several words occurs in ``norm`` even as a substring, the
+        Latin cues found are just the words that are cues: no regex is needed.
+        """
+        if self.latin is None:
+            return self.distinct_sum(norm)
+        starts = self.firsts.intersection(words)
+        multi = self.multi
+        if any(cue in norm for first in starts for cue in multi.get(first, ())):
+            return self._distinct(self.find(norm, words))
+        cues = starts & self.single
+        if self.cjk is not None and not norm.isascii():
+            cues = cues.union([m.group() for m in self.cjk.finditer(norm)])
+        weights = self.weights
+        return math.fsum(weights[cue] for cue in cues)
+
     def distinct_sum(self, norm: str, words: Spans | None = None) -> float:
         """Sum of the weights of the distinct cues found (first-seen order)."""
-        seen = dict.fromkeys(cue for _, cue, _ in self.hits(norm, words))
+        return self._distinct(self.hits(norm, words))
+
+    def _distinct(self, hits: list[tuple[int, str, float]]) -> float:
+        seen = dict.fromkeys(cue for _, cue, _ in hits)
         return math.fsum(self.weights[cue] for cue in seen)
+
+
+def _whole_words(cues: Sequence[str]) -> re.Pattern[str] | None:
+    """One regex matching, leftmost-longest, any of ``cues`` as whole words.
+
+    A word starts where a word character follows neither a word character nor an
+    apostrophe glued to one (``_WORD`` would have taken it), and ends likewise. Only
+    possible when each cue is words joined by single spaces; else ``None``.
+    """
+    if not cues:
+        return None
+    for cue in cues:
+        spans = word_spans(cue)
+        pieces = [cue[a:b] for a, b in spans]
+        if not pieces or " ".join(pieces) != cue:
+            return None
+    alternation = "|".join(map(re.escape, sorted(cues, key=lambda c: (-len(c), c))))
+    return re.compile(rf"(?<!{_W})(?<!{_W}')(?:{alternation})(?!{_W})(?!'{_W})")
 
 
 DEFAULT_PARAMS = ScoringParams()
@@ -338,18 +450,13 @@ def score_text(text: str, params: ScoringParams = DEFAULT_PARAMS) -> Scores:
     without any word scores the minimum importance, neutral sentiment and the
     base confidence.
     """
-    norm = normalise(text)
-    words = word_spans(norm)
-    cjk = len(_CJK_CHAR.findall(norm))
-    if not words and not cjk:
-        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
-    sentiment = _sentiment(norm, words, params)
-    length = len(words) + cjk / params.cjk_chars_per_word
-    return Scores(
-        importance=_importance(text, norm, words, length, sentiment, params),
-        sentiment=sentiment,
-        confidence=_confidence(norm, words, params),
-    )
+    return _estimate(text, None, params)
+
+
+def analyse(text: str, params: ScoringParams = DEFAULT_PARAMS) -> tuple[Scores, list[str]]:
+    """``(score_text(text, params), extract_entities(text))``, sharing the work."""
+    entities = extract_entities(text)
+    return _estimate(text, len(entities), params), entities
 
 
 def score_turn(
@@ -366,7 +473,27 @@ def score_turn(
     """
     if importance is not None and sentiment is not None and confidence is not None:
         return Scores(importance, sentiment, confidence)
-    estimate = score_text(content, params)
+    return _supplied_win(score_text(content, params), importance, sentiment, confidence)
+
+
+def analyse_turn(
+    content: str,
+    *,
+    importance: float | None,
+    sentiment: float | None,
+    confidence: float | None,
+    params: ScoringParams = DEFAULT_PARAMS,
+) -> tuple[Scores, list[str]]:
+    """``(score_turn(...), extract_entities(content))``, sharing the work."""
+    if importance is not None and sentiment is not None and confidence is not None:
+        return Scores(importance, sentiment, confidence), extract_entities(content)
+    estimate, entities = analyse(content, params)
+    return _supplied_win(estimate, importance, sentiment, confidence), entities
+
+
+def _supplied_win(
+    estimate: Scores, importance: float | None, sentiment: float | None, confidence: float | None
+) -> Scores:
     return Scores(
         importance=estimate.importance if importance is None else importance,
         sentiment=estimate.sentiment if sentiment is None else sentiment,
@@ -374,26 +501,45 @@ def score_turn(
     )
 
 
+def _estimate(text: str, entities: int | None, params: ScoringParams) -> Scores:
+    """:func:`score_text`, given the number of entities of ``text`` when known."""
+    norm = normalise(text)
+    words = _WORD.findall(norm)
+    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
+    if not words and not cjk:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
+    sentiment = _sentiment(norm, words, params)
+    length = len(words) + cjk / params.cjk_chars_per_word
+    if entities is None:
+        entities = len(extract_entities(text))
+    return Scores(
+        importance=_importance(norm, words, entities, length, sentiment, params),
+        sentiment=sentiment,
+        confidence=_confidence(norm, words, params),
+    )
+
+
 def _importance(
-    text: str, norm: str, words: Spans, length: float, sentiment: float, params: ScoringParams
+    norm: str, words: list[str], entities: int, length: float, sentiment: float, p: ScoringParams
 ) -> float:
     """Base + markers + entities + length + exclamation + arousal, in 1..10."""
-    markers = min(params.importance_lexicon.distinct_sum(norm, words), params.marker_cap)
-    entities = min(params.entity_weight * len(extract_entities(text)), params.entity_cap)
-    size = params.length_max * min(1.0, length / params.length_scale)
-    exclaim = params.exclaim_importance if "!" in norm else 0.0
-    arousal = params.arousal_weight * abs(sentiment)
-    total = params.importance_base + markers + entities + size + exclaim + arousal
+    markers = min(p.importance_lexicon.distinct_sum_of(norm, words), p.marker_cap)
+    named = min(p.entity_weight * entities, p.entity_cap)
+    size = p.length_max * min(1.0, length / p.length_scale)
+    exclaim = p.exclaim_importance if "!" in norm else 0.0
+    arousal = p.arousal_weight * abs(sentiment)
+    total = p.importance_base + markers + named + size + exclaim + arousal
     return _clamp(total, 1.0, 10.0)
 
 
-def _sentiment(norm: str, words: Spans, params: ScoringParams) -> float:
+def _sentiment(norm: str, words: list[str], params: ScoringParams) -> float:
     """tanh of the summed, negation- and intensifier-adjusted cue polarities."""
     raw = 0.0
-    for start, cue, weight in params.polarity_lexicon.hits(norm, words):
+    for start, cue, weight in params.polarity_lexicon.find(norm, words):
         raw += weight * _modifier(norm, start, cue, params)
-    if raw:
-        raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
+    if not raw:
+        return 0.0  # what the clamped tanh of 0.0 is
+    raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
     return _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
 
 
@@ -408,22 +554,24 @@ def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
     if _CJK_CHAR.match(cue[0]):
         window = clause[-(params.negation_window + 1) :]
         plain = window
-        for word in params.intensifiers:
-            plain = plain.replace(word, "")
+        if not params.intensifier_chars.isdisjoint(window):
+            for word in params.intensifiers:
+                plain = plain.replace(word, "")
         negated = any(char in plain[-params.negation_window :] for char in params.negator_chars)
         intensified = plain != window
     else:
         words = _LATIN_WORD.findall(clause)[-params.negation_window :]
-        negated = any(w in params.negators or w.endswith("n't") for w in words)
-        intensified = any(w in params.intensifiers for w in words)
+        negators = params.negator_set
+        negated = any(w in negators or w.endswith("n't") for w in words)
+        intensified = not params.intensifier_set.isdisjoint(words)
     if negated:
         return -params.negation_factor
     return params.intensifier_boost if intensified else 1.0
 
 
-def _confidence(norm: str, words: Spans, params: ScoringParams) -> float:
+def _confidence(norm: str, words: list[str], params: ScoringParams) -> float:
     """Base + distinct hedge/assertion cues − question penalty, clamped."""
-    shift = params.confidence_lexicon.distinct_sum(norm, words)
+    shift = params.confidence_lexicon.distinct_sum_of(norm, words)
     question = params.question_penalty if "?" in norm or "吗" in norm else 0.0
     value = params.confidence_base + shift - question
     return _clamp(value, params.confidence_min, params.confidence_max)
@@ -478,35 +626,51 @@ def _han_run(low: int, high: int) -> str:
     return rf"(?:(?![{_STOP}])[{_HAN}]){{{low},{high}}}"
 
 
-_ENTITY_PATTERNS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = tuple(
-    (re.compile(guard), re.compile(pattern))
-    for guard, pattern in (
+_DIGIT = re.compile(r"\d")
+_ASCII_DIGIT = re.compile("[0-9]")
+"""The same as :data:`_DIGIT` on ASCII text, and faster."""
+
+
+def _guard(guard: str) -> re.Pattern[str] | None:
+    """The guard regex, or ``None`` for a bare digit (checked once per text)."""
+    return None if guard == _DIGIT.pattern else re.compile(guard)
+
+
+_ENTITY_RULES: tuple[tuple[bool, bool, re.Pattern[str] | None, re.Pattern[str]], ...] = tuple(
+    ("wide" in needs, "digit" in needs, _guard(guard), re.compile(pattern))
+    for needs, guard, pattern in (
         # quoted spans: the group is the entity
-        ("[「『“《]", r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]"),
+        ("wide", "[「『“《]", r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]"),
         # @handles and #tags
-        ("[@#]", r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])"),
-        # dates and times
-        (r"\d", rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
-        (r"\d", rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)"),
-        (r"\d", r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})"),
-        ("[年月]", r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)"),
+        ("", "[@#]", r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])"),
+        # dates and times (each needs a digit)
+        ("digit", r"\d", rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
+        ("digit", r"\d", rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)"),
+        ("digit", r"\d", r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})"),
+        ("wide digit", "[年月]", r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)"),
         (
+            "digit",
             ":|[AaPp][Mm]",
             r"(\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d{1,2}\s?[AaPp][Mm]\b)",
         ),
-        ("[点時时]", r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)"),
-        ("/", r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)"),
+        ("wide digit", "[点時时]", r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)"),
+        ("digit", "/", r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)"),
         # numbers, with currency or percent
-        (r"\d", r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)"),
+        ("digit", r"\d", r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)"),
         # Chinese names and places after 叫 / 姓 / 在
-        ("叫", rf"叫({_han_run(2, 3)})"),
-        ("姓", rf"姓({_han_run(1, 2)})"),
-        ("在", rf"(?<![现正实存所自好])在({_han_run(2, 4)})"),
+        ("wide", "叫", rf"叫({_han_run(2, 3)})"),
+        ("wide", "姓", rf"姓({_han_run(1, 2)})"),
+        ("wide", "在", rf"(?<![现正实存所自好])在({_han_run(2, 4)})"),
     )
 )
-"""(guard, pattern): the pattern runs only when its cheap guard is found in the text."""
-_NAMES = re.compile(rf"({_NAME_WORD}(?: {_NAME_WORD})*)")
-"""Capitalised words and multiword names (cleaned by :func:`_names`)."""
+"""(wide, digit, guard, pattern): the pattern runs only when the text is not ASCII (if
+``wide``: every wide guard is made of non-ASCII characters), holds a digit (if ``digit``:
+the pattern cannot match without one) and its cheap guard is found in the text."""
+_NAMES = re.compile(rf"({_UPPER}(?<![\w'’-].)[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*(?: {_NAME_WORD})*)")
+"""Capitalised words and multiword names (cleaned by :func:`_names`): one
+:data:`_NAME_WORD` then more after single spaces; the first one's lookbehind comes
+after its capital, so that the regex engine can skip to the capitals."""
+_CAPITAL = re.compile(_UPPER)
 _WORDS = re.compile(r"\S+")
 _FIRST_PERSON = frozenset({"i", "i'm", "i'll", "i've", "i'd", "i’m", "i’ll", "i’ve", "i’d"})
 COMMON_STARTERS = frozenset(
@@ -548,17 +712,32 @@ def extract_entities(text: str, limit: int = 10) -> list[str]:
 
 def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
     """``(start, end, entity)`` of every pattern match, names already cleaned."""
-    for guard, pattern in _ENTITY_PATTERNS:
-        if guard.search(text):
+    wide = not text.isascii()
+    digit = (_DIGIT if wide else _ASCII_DIGIT).search(text) is not None
+    for needs_wide, needs_digit, guard, pattern in _ENTITY_RULES:
+        if (needs_wide and not wide) or (needs_digit and not digit):
+            continue
+        if guard is None or guard.search(text):
             for match in pattern.finditer(text):
                 if inner := match.group(1).strip():
                     yield match.start(), match.end(), inner
-    for match in _NAMES.finditer(text):
-        yield from _names(text, match)
+    capital = _CAPITAL.search(text)
+    if capital is not None:  # every name starts with a capital
+        for match in _NAMES.finditer(text, capital.start()):
+            yield from _names(text, match)
 
 
 def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
     """Split a capitalised run at first-person words; drop a common sentence starter."""
+    name = match.group()
+    if " " not in name:  # one word, the usual case
+        folded = name.casefold()
+        if folded in _FIRST_PERSON:
+            return
+        if folded in COMMON_STARTERS and _starts_sentence(text, match.start()):
+            return
+        yield match.start(), match.end(), name
+        return
     words = [(w.start(), w.end()) for w in _WORDS.finditer(text, match.start(), match.end())]
     first = text[words[0][0] : words[0][1]].casefold()
     if first in COMMON_STARTERS and _starts_sentence(text, words[0][0]):

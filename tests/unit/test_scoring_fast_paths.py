@@ -1,0 +1,112 @@
+"""The fast paths of the scorer give exactly what the plain definitions give."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import unicodedata
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.scoring import (
+    CONFIDENCE_CUES,
+    DEFAULT_PARAMS,
+    IMPORTANCE_MARKERS,
+    INTENSIFIERS,
+    NEGATORS,
+    POLARITY,
+    Lexicon,
+    ScoringParams,
+    analyse,
+    analyse_turn,
+    extract_entities,
+    normalise,
+    score_text,
+    score_turn,
+    word_spans,
+)
+
+CUES = sorted({*IMPORTANCE_MARKERS, *POLARITY, *CONFIDENCE_CUES, *NEGATORS, *INTENSIFIERS})
+PIECES = st.one_of(
+    st.sampled_from(CUES),
+    st.sampled_from([c.upper() for c in CUES] + [c.title() for c in CUES]),
+    st.sampled_from(
+        [" ", "  ", ", ", "。", "，", "！", "!", "?", "'", "’", "-", "_", "\n", "\t", "\u3000"]
+    ),
+    st.sampled_from(["「", "」", "《", "》", "@", "#", "I", "I'm", "Kyoto", "New York"]),
+    st.sampled_from(["10:30am", "3 pm", "2024-06-01", "March 3rd", "$12.50", "45%", "5/6"]),
+    st.sampled_from(["我叫王小明", "住在北京", "6月1日", "3点半", "ＡＢＣ", "１２", "ﬁ", "ß"]),
+    st.text(max_size=12),
+    st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x4FFF), max_size=6),
+)
+TEXTS = st.one_of(st.text(max_size=200), st.lists(PIECES, max_size=30).map("".join))
+CUSTOM = ScoringParams(
+    polarity={"meh": -0.5, "so-so": 0.2, "c++": 0.4, "ok ok": 0.3, "好": 0.3},
+    importance_markers={"pizza": 4.0, "don't-forget": 2.0, "qq群": 1.0},
+    negators=("nah",),
+    intensifiers=("mega", "超"),
+)
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
+
+
+def _reference_normalise(text: str) -> str:
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(_APOSTROPHES)
+    return re.sub(r"\s+", " ", folded).strip()
+
+
+def _by_ngrams(lexicon: Lexicon) -> Lexicon:
+    """The same lexicon without its whole-word regex: the word n-gram lookup."""
+    return dataclasses.replace(lexicon, latin=None)
+
+
+@given(TEXTS)
+def test_normalise_is_the_plain_definition(text: str) -> None:
+    assert normalise(text) == _reference_normalise(text)
+
+
+@given(TEXTS)
+def test_analyse_is_score_text_and_extract_entities(text: str) -> None:
+    for params in (DEFAULT_PARAMS, CUSTOM):
+        assert analyse(text, params) == (score_text(text, params), extract_entities(text))
+
+
+@given(
+    TEXTS,
+    st.none() | st.floats(1.0, 10.0),
+    st.none() | st.floats(-1.0, 1.0),
+    st.none() | st.floats(0.0, 1.0),
+)
+def test_analyse_turn_is_score_turn_and_extract_entities(
+    text: str, importance: float | None, sentiment: float | None, confidence: float | None
+) -> None:
+    given_scores = {"importance": importance, "sentiment": sentiment, "confidence": confidence}
+    assert analyse_turn(text, **given_scores) == (
+        score_turn(text, **given_scores),
+        extract_entities(text),
+    )
+
+
+@given(TEXTS)
+def test_whole_word_regex_finds_what_the_ngram_lookup_finds(text: str) -> None:
+    norm = normalise(text)
+    words = [norm[a:b] for a, b in word_spans(norm)]
+    for lexicon in (
+        DEFAULT_PARAMS.importance_lexicon,
+        DEFAULT_PARAMS.polarity_lexicon,
+        DEFAULT_PARAMS.confidence_lexicon,
+    ):
+        assert lexicon.latin is not None
+        plain = _by_ngrams(lexicon)
+        assert lexicon.hits(norm) == plain.hits(norm)
+        assert lexicon.find(norm, words) == plain.hits(norm)
+        assert lexicon.distinct_sum_of(norm, words) == plain.distinct_sum(norm)
+
+
+def test_cues_that_are_not_plain_words_keep_the_ngram_lookup() -> None:
+    assert CUSTOM.polarity_lexicon.latin is None  # "so-so", "c++"
+    assert CUSTOM.importance_lexicon.latin is None  # "don't-forget"
+    assert ScoringParams(polarity={"ok ok": 0.3}).polarity_lexicon.latin is not None
+    norm = normalise("Meh, it was ok ok. So-so really; don't-forget the QQ群")
+    assert [cue for _, cue, _ in CUSTOM.polarity_lexicon.hits(norm)] == ["meh", "ok ok"]
+    assert [cue for _, cue, _ in CUSTOM.importance_lexicon.hits(norm)] == ["qq群"]
