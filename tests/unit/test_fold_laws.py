@@ -22,7 +22,11 @@ from schemas import (
     DerivedEvent,
     Event,
     FactAsserted,
+    FactRetracted,
+    FeedbackGiven,
     InteractionRecorded,
+    MemoryRecalled,
+    PersonaUpdated,
     SessionEnded,
     SessionStarted,
     ToolCalled,
@@ -164,7 +168,10 @@ ZONES = st.sampled_from([UTC, timezone(timedelta(hours=8)), timezone(timedelta(h
 @st.composite
 def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
     """One agent's log in event-time order, with exact duplicates injected."""
-    kinds = ["start", "end", "say", "say", "say", "call", "result", "fact", "tick", "dup"]
+    kinds = [
+        "start", "end", "say", "say", "say", "call", "result", "fact", "tick", "dup",
+        "retract", "persona", "recall", "feedback", "moment",
+    ]  # fmt: skip
     events: list[Event] = []
     at = T0
     for i in range(draw(st.integers(0, max_size))):
@@ -205,6 +212,33 @@ def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
             case "tick":
                 env["session_id"] = None
                 events.append(ClockTicked(**env, body={"partition": 0, "interval_s": 60.0}))
+            case "retract":
+                events.append(FactRetracted(**env, body={"namespace": "n", "key": "k"}))
+            case "persona":
+                body = {"style": draw(st.none() | TEXTS), "preferences": {"lang": draw(TEXTS)}}
+                events.append(PersonaUpdated(**env, body=body))
+            case "moment":  # agent-supplied scores: flashbulbs and single-turn memories
+                body = {
+                    "role": "user",
+                    "content": draw(TEXTS),
+                    "importance": draw(st.floats(1, 10)),
+                    "sentiment": draw(st.floats(-1, 1)),
+                }
+                events.append(InteractionRecorded(**env, body=body))
+            case "recall" | "feedback":
+                said = [e for e in events if isinstance(e, InteractionRecorded)]
+                ids = [
+                    str(uuid5(ENGRAM_NAMESPACE, f"{kind}:{e.event_id}"))
+                    for e in said
+                    for kind in ("episode", "turn")
+                ]
+                target = draw(st.sampled_from(ids)) if ids else "none"
+                if kind == "recall":
+                    body = {"query": "q", "memory_ids": [target], "scores": [0.5]}
+                    events.append(MemoryRecalled(**env, body=body))
+                else:
+                    body = {"memory_id": target, "useful": draw(st.booleans())}
+                    events.append(FeedbackGiven(**env, body=body))
     return events
 
 
