@@ -87,6 +87,14 @@ class NewMemory:
 Change = tuple[type[DerivedEvent], Model]
 
 
+def promotion(new: NewMemory, reason: Literal["flashbulb", "abstraction"]) -> Change:
+    """``memory.promoted`` from L2 to L3 for ``reason``, listing the memory's sources."""
+    body = PromotedBody(
+        memory_id=new.memory_id, from_layer="L2", to_layer="L3", reason=reason, sources=new.sources
+    )
+    return (MemoryPromoted, body)
+
+
 class Memories:
     """The live L2/L3 memories of one agent (forgotten ones are dropped)."""
 
@@ -127,32 +135,10 @@ class Memories:
         )
         changes: list[Change] = [(MemoryCreated, body)]
         if new.kind == "semantic":
-            changes.append(
-                (
-                    MemoryPromoted,
-                    PromotedBody(
-                        memory_id=new.memory_id,
-                        from_layer="L2",
-                        to_layer="L3",
-                        reason="abstraction",
-                        sources=new.sources,
-                    ),
-                )
-            )
+            changes.append(promotion(new, "abstraction"))
         elif new.layer == "L2" and self.is_flashbulb(new.importance, new.sentiment):
             item = item.model_copy(update={"layer": "L3", "promoted": True})
-            changes.append(
-                (
-                    MemoryPromoted,
-                    PromotedBody(
-                        memory_id=new.memory_id,
-                        from_layer="L2",
-                        to_layer="L3",
-                        reason="flashbulb",
-                        sources=new.sources,
-                    ),
-                )
-            )
+            changes.append(promotion(new, "flashbulb"))
         self.items[new.memory_id] = item
         return changes
 

@@ -34,7 +34,15 @@ from uuid import UUID
 
 from pydantic import Field
 
-from schemas import Event, Model, PersonaBody, PersonaUpdated, ToolCalled, ToolResult
+from schemas import (
+    Event,
+    Model,
+    PersonaBody,
+    PersonaUpdated,
+    PersonaVersionBody,
+    ToolCalled,
+    ToolResult,
+)
 from schemas.base import INT64_MAX, UtcMillis
 
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
@@ -46,15 +54,10 @@ MAX_OPEN_CALLS = 1024
 # -- persona --------------------------------------------------------------------------
 
 
-class PersonaVersion(Model):
-    """The whole persona document as of one update; ``version`` counts from 1."""
+class PersonaVersion(PersonaVersionBody):
+    """The whole persona document as of one update (``version`` counts from 1), and
+    the event that made it."""
 
-    version: Annotated[int, Field(ge=1, le=INT64_MAX)]
-    name: str | None = None
-    description: str | None = None
-    style: str | None = None
-    preferences: dict[str, str] = {}
-    updated_at: UtcMillis
     source_event_id: UUID
 
     def content(self) -> tuple[str | None, str | None, str | None, dict[str, str]]:
@@ -189,7 +192,7 @@ class Skills:
         """Fold one event; the tool's updated record, or None for other types."""
         match event:
             case ToolCalled(body=body):
-                self._open((body.tool, body.call_id))
+                self._await_result((body.tool, body.call_id))
                 return self._update(body.tool, event.occurred_at, use=True)
             case ToolResult(body=body):
                 matched = (body.tool, body.call_id) in self.open_calls
@@ -198,7 +201,7 @@ class Skills:
             case _:
                 return None
 
-    def _open(self, call: tuple[str, str]) -> None:
+    def _await_result(self, call: tuple[str, str]) -> None:
         """Remember a call (as the newest), forgetting the oldest beyond the bound."""
         self.open_calls.pop(call, None)
         self.open_calls[call] = None
