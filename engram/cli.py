@@ -96,17 +96,33 @@ def publish(
 def sql(
     query: Annotated[str, typer.Argument(help="A read-only query (SELECT, SHOW, DESCRIBE…).")],
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table",
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="NAME=VALUE for a {NAME:Type} placeholder; repeatable"),
+    ] = None,
 ) -> None:
-    """Query the history in ClickHouse.
+    """Query the history in ClickHouse; ``@FILE`` reads the query from a file.
 
-    Example: engram sql "SELECT type, count() FROM events GROUP BY type"
+    Example: engram sql @ops/sql/promotions_per_day.sql -p since=2026-01-01
+    -p until=2027-01-01 -p agent_id=
     """
     from engram.history import run_sql
 
     if format not in ("table", "csv", "json"):
         raise fail(f"--format must be table, csv or json, not {format!r}", 2)
+    parameters = {}
+    for item in param or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise fail(f"--param takes NAME=VALUE, not {item!r}", 2)
+        parameters[name] = value
+    if query.startswith("@"):
+        try:
+            query = Path(query[1:]).read_text(encoding="utf-8")
+        except OSError as error:
+            raise fail(f"cannot read the query file: {error}", 2) from None
     try:
-        columns, rows = run_sql(load_settings(), query)
+        columns, rows = run_sql(load_settings(), query, parameters)
     except EngramError as error:
         raise fail(str(error)) from None
     render(columns, rows, format)

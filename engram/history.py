@@ -46,15 +46,18 @@ def history_client(settings: Settings) -> Client:
     )
 
 
-def run_sql(settings: Settings, query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one read-only query; returns column names and rows."""
+def run_sql(
+    settings: Settings, query: str, parameters: dict[str, str] | None = None
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one read-only query (``{name:Type}`` placeholders bound from ``parameters``);
+    returns column names and rows."""
     try:
         check_read_only(query)
     except ReadOnlyViolation as error:
         raise EngramError(str(error)) from None
     client = history_client(settings)
     try:
-        result = client.query(query)
+        result = client.query(query, parameters=parameters or None)
     except ClickHouseError as error:
         raise EngramError(f"query failed: {error}") from None
     finally:

@@ -12,7 +12,7 @@ import pytest
 
 from engram import Memory, make_event
 from engram.demo import demo_events
-from tests.support import Stack, engram_cmd, engram_env, start_stack, wait_until
+from tests.support import REPO, Stack, engram_cmd, engram_env, start_stack, wait_until
 
 pytestmark = pytest.mark.e2e
 DEMO_COUNT = len(demo_events())
@@ -137,6 +137,19 @@ def test_sql_formats_and_refuses_writes(restarted: Stack) -> None:
     assert as_csv.stdout.splitlines()[0] == "agent_id,n"
     table = run(["sql", query], restarted.env)
     assert "assistant-zh" in table.stdout
+    from_file = run(
+        [
+            "sql",
+            f"@{REPO / 'ops' / 'sql' / 'episodes_per_agent.sql'}",
+            *("-p", "since=2026-01-01 00:00:00", "-p", "until=2027-01-01 00:00:00"),
+            *("-p", "agent_id=assistant-zh", "-f", "json"),
+        ],
+        restarted.env,
+    )
+    assert from_file.returncode == 0, from_file.stderr
+    assert json.loads(from_file.stdout)[0]["agent_id"] == "assistant-zh"
+    bad_param = run(["sql", "SELECT 1", "-p", "novalue"], restarted.env)
+    assert bad_param.returncode == 2 and "NAME=VALUE" in bad_param.stderr
     refused = run(["sql", "DROP TABLE events"], restarted.env)
     assert refused.returncode == 1
     assert "DROP" in refused.stderr
