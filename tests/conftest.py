@@ -13,7 +13,7 @@ from ops.broker import EmbeddedBroker
 from tests.support import Stack, start_stack
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
-settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
