@@ -20,6 +20,7 @@ process, so the ClickHouse sink may share that thread by submitting to it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -224,6 +225,7 @@ def check_read_only(sql: str) -> ReadQuery:
     if lead[-1].upper == "WITH":
         _check_with(statement[len(lead) :])
     _check_no_outfile(statement)
+    _check_table_functions(statement)
     _check_settings(statement)
     return _split_format(sql, statement)
 
@@ -288,6 +290,29 @@ def _check_no_outfile(statement: list[Token]) -> None:
         raise ReadOnlyViolation(
             "INTO OUTFILE", "INTO OUTFILE would write a file on the server running the engine"
         )
+
+
+OUTSIDE_FUNCTIONS = frozenset(
+    {
+        "file", "url", "urlcluster", "s3", "s3cluster", "gcs", "azureblobstorage", "hdfs",
+        "hdfscluster", "remote", "remotesecure", "cluster", "clusterallreplicas", "mysql",
+        "postgresql", "mongodb", "redis", "sqlite", "jdbc", "odbc", "executable", "input",
+        "deltalake", "hudi", "iceberg", "filesystem", "fuzzjson", "fuzzquery", "loop",
+    }
+)  # fmt: skip
+"""Table functions that reach outside the history (files, URLs, other servers, programs)."""
+
+
+def _check_table_functions(statement: list[Token]) -> None:
+    """Refuse calls of table functions that read outside engram's own tables."""
+    for token, following in itertools.pairwise(statement):
+        called = token.kind == "word" and following.text == "("
+        if called and token.text.lower() in OUTSIDE_FUNCTIONS:
+            raise ReadOnlyViolation(
+                f"{token.text}()",
+                f"the table function {token.text}() reads outside the history; only engram's "
+                "tables and views can be queried here",
+            )
 
 
 def _check_settings(statement: list[Token]) -> None:

@@ -166,3 +166,23 @@ def test_bind_values_are_unescaped_like_clickhouse_does(wire: str, value: str | 
 def test_bind_bytes_must_be_utf8() -> None:
     with pytest.raises(ValueError, match="not UTF-8"):
         unescape_param("\\xff")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+        "SELECT * FROM url('http://127.0.0.1:1/x', CSV)",
+        "select count() from s3('http://x/y.csv')",
+        "SELECT * FROM events WHERE agent_id IN (SELECT * FROM remote('h', system.one))",
+        "WITH f AS (SELECT * FROM File('/etc/hosts', 'LineAsString')) SELECT * FROM f",
+        "SELECT * FROM executable('ls', 'TSV', 'x String')",
+    ],
+)
+def test_table_functions_that_reach_outside_are_refused(sql: str) -> None:
+    with pytest.raises(ReadOnlyViolation, match="reads outside the history"):
+        check_read_only(sql)
+
+
+def test_columns_and_ordinary_functions_named_like_them_pass() -> None:
+    check_read_only("SELECT url, file FROM events WHERE path(url) != '' AND lower(file) = 'x'")
