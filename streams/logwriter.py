@@ -61,8 +61,15 @@ class LogWriter:
         if producer is not None:
             await producer.stop()
 
-    async def send(self, topic: str, records: Sequence[Record]) -> None:
-        """Write ``records`` to ``topic``; raises if any is not acknowledged."""
+    async def send(
+        self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False
+    ) -> None:
+        """Write ``records`` to ``topic``; raises if any is not acknowledged.
+
+        ``one_per_batch`` puts every record in a record batch of its own: the embedded
+        broker's high watermark counts batches, not records, so a changelog that is
+        read up to the high watermark (faust's table recovery) must be written so.
+        """
         if not records:
             return
         producer = await self.start()
@@ -75,7 +82,9 @@ class LogWriter:
             by_partition[partition].append(record)
         futures = []
         for partition, items in sorted(by_partition.items()):
-            futures += await self._send_partition(producer, topic, partition, items)
+            groups = [[item] for item in items] if one_per_batch else [items]
+            for group in groups:
+                futures += await self._send_partition(producer, topic, partition, group)
         await asyncio.gather(*futures)
 
     @staticmethod

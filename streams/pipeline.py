@@ -303,7 +303,8 @@ class Flusher:
         )
         written = time.perf_counter()
         await retry_in_place(
-            lambda: sinks.writer.send(sinks.changelog_topic, group.states), what="save agent state"
+            lambda: sinks.writer.send(sinks.changelog_topic, group.states, one_per_batch=True),
+            what="save agent state",
         )
         for message in group.messages:
             message.ack(self.consumer)
