@@ -5,79 +5,38 @@ and their working-memory changes, print a table per agent."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
-from engram.client import Memory, read_up_file
+from engram.client import Memory
 from engram.demo import demo_events
 from engram.errors import EngramError
 from engram.history import http_client
 from engram.settings import Settings
-
-
-def stack_alive(settings: Settings) -> dict[str, Any] | None:
-    """The running stack's ``up.json`` if its HTTP API answers, else None."""
-    up = read_up_file(settings.up_file)
-    if up is None:
-        return None
-    try:
-        httpx.get(f"{up['http']}/v1/health", timeout=2).raise_for_status()
-    except httpx.HTTPError:
-        return None
-    return up
+from ops.launch import LaunchError, answering, launch, stop
 
 
 @contextmanager
 def running_stack(settings: Settings, console: Console, timeout: float) -> Iterator[dict[str, Any]]:
     """Use the running stack, or start ``engram up`` for the duration of the block."""
-    up = stack_alive(settings)
+    up = answering(settings.up_file)
     if up is not None:
         yield up
         return
-    settings.up_file.unlink(missing_ok=True)
-    settings.home.mkdir(parents=True, exist_ok=True)
-    log_path = settings.home / "up.log"
-    console.print(f"starting the embedded stack (log: {log_path})")
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "engram", "up"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=os.environ.copy(),
-        )
-        try:
-            yield wait_until_up(settings, process, log_path, timeout)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def wait_until_up(
-    settings: Settings, process: subprocess.Popen[bytes], log_path: Any, timeout: float
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-2000:]
-            raise EngramError(f"engram up exited with {process.returncode}:\n{tail}")
-        up = stack_alive(settings)
-        if up is not None:
-            return up
-        time.sleep(0.2)
-    raise TimeoutError(f"engram up did not come up within {timeout:.0f}s; see {log_path}")
+    console.print(f"starting the embedded stack (log: {settings.home / 'up.log'})")
+    try:
+        process, up = launch(settings.home, os.environ, timeout)
+    except LaunchError as error:
+        raise EngramError(str(error)) from None
+    try:
+        yield up
+    finally:
+        stop(process)
 
 
 def wait_for_history(url: str, ids: list[str], timeout: float) -> None:

@@ -3,7 +3,6 @@ in a subprocess, queried through its ClickHouse-compatible HTTP endpoint."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 import clickhouse_connect
 import httpx
 
+from ops.launch import launch, stop
 from ops.net import free_port
 
 T = TypeVar("T")
@@ -77,37 +77,11 @@ class Stack:
         return self.rows(query, **parameters)[0][0]
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop(self.process, sig)
 
 
 def start_stack(home: Path, timeout: float = 90.0, **extra_env: str) -> Stack:
     """Start ``engram up`` and wait until up.json exists and the API answers."""
-    home.mkdir(parents=True, exist_ok=True)
     env = engram_env(home, **extra_env)
-    log = (home / "up.log").open("ab")
-    process = subprocess.Popen(
-        engram_cmd("up"), env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-    )
-
-    def ready() -> dict[str, Any] | None:
-        if process.poll() is not None:
-            raise AssertionError(
-                f"engram up exited with {process.returncode}:\n"
-                + (home / "up.log").read_text(errors="replace")[-3000:]
-            )
-        try:
-            up: dict[str, Any] = json.loads((home / "up.json").read_text())
-            httpx.get(f"{up['http']}/v1/health", timeout=2).raise_for_status()
-        except (OSError, ValueError, httpx.HTTPError):
-            return None
-        return up
-
-    up = wait_until(ready, timeout, "engram up to answer")
+    process, up = launch(home, env, timeout)
     return Stack(home, env, process, up)

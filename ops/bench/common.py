@@ -3,21 +3,16 @@ and reading peak memory from /proc."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from engram.history import http_client
+from ops.launch import launch, stop
 from ops.net import free_port
 
 
@@ -56,13 +51,7 @@ class BenchStack:
             client.close()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process, grace=60)
 
 
 def start_stack(home: Path | None = None, timeout: float = 120.0, **env: str) -> BenchStack:
@@ -70,19 +59,5 @@ def start_stack(home: Path | None = None, timeout: float = 120.0, **env: str) ->
     home = home or Path(tempfile.mkdtemp(prefix="engram-bench-"))
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     environ.update({"ENGRAM_HOME": str(home), "ENGRAM_HTTP": f"127.0.0.1:{free_port()}", **env})
-    log = (home / "up.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "engram", "up"], env=environ, stdout=log, stderr=subprocess.STDOUT
-    )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"engram up exited; see {home / 'up.log'}")
-        try:
-            up: dict[str, Any] = json.loads((home / "up.json").read_text())
-            httpx.get(f"{up['http']}/v1/health", timeout=2).raise_for_status()
-            return BenchStack(home, process, up)
-        except (OSError, ValueError, httpx.HTTPError):
-            time.sleep(0.2)
-    process.kill()
-    raise TimeoutError(f"engram up did not answer within {timeout:.0f}s")
+    process, up = launch(home, environ, timeout)
+    return BenchStack(home, process, up)
