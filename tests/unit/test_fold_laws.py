@@ -278,7 +278,7 @@ def test_generated_working_memory_is_interesting() -> None:
     """The generated logs and configs reach every path of working memory."""
     paths: set[str] = set()
 
-    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True)
     @given(agent_logs(), configs)
     def look(log: list[Event], config: MemoryConfig) -> None:
         memory = AgentMemory.empty(AGENT, config)

@@ -1,0 +1,493 @@
+"""The pure half of hybrid recall: terms, sparse vectors, fusion and the final score.
+
+Recall asks the vector store for two candidate lists, one by embedding cosine
+(dense) and one by BM25 term weights (sparse), fuses them by reciprocal rank
+fusion (:func:`rrf`), then re-weights each candidate by what the memory dynamics
+say about it at query time (:func:`score`, :func:`rank`): how well it is still
+retained, how recent and how important it is.
+
+Contract:
+
+* pure and deterministic: no I/O, no clock (``now`` is an argument), no
+  randomness; term indices come from BLAKE2b, never from the salted ``hash()``,
+  so every process agrees on them;
+* the tokenizer is part of the index: changing it (its stopwords, its stemmer,
+  its ranges) changes the sparse vectors already stored, so such a change needs
+  a reindex. Its Unicode tables are Python's (``unicodedata``; 14.0.0 on 3.11);
+* every score and every part of it is finite and in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Annotated, Self, get_args
+
+from pydantic import Field, model_validator
+
+from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention
+from schemas.base import Model
+from schemas.derived import Layer
+
+# --- tokens -------------------------------------------------------------------
+
+CJK = (
+    "\u3005\u3007"  # 々 〇
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf"  # CJK extension A
+    "\u4e00-\u9fff"  # CJK unified ideographs
+    "\u1100-\u11ff\u3130-\u318f"  # hangul jamo, compatibility jamo
+    "\uac00-\ud7af"  # hangul syllables
+    "\uf900-\ufaff"  # CJK compatibility ideographs
+    "\U00020000-\U0003134f"  # CJK extensions B-H
+)
+"""Characters (inside a regex class) that are indexed as character bigrams."""
+
+ENGLISH_STOPWORDS = frozenset((
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "been", "before", "being", "between", "both", "but", "by", "can", "could", "did", "do",
+    "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has",
+    "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how",
+    "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my",
+    "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other",
+    "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some",
+    "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there",
+    "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very",
+    "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why",
+    "will", "with", "would", "you", "your", "yours", "yourself", "yourselves", "dont", "doesnt",
+    "didnt", "isnt", "arent", "wasnt", "werent", "hasnt", "havent", "hadnt", "cant", "couldnt",
+    "wont", "wouldnt", "shouldnt", "mustnt",
+))  # fmt: skip
+"""Dropped English words, compared after normalisation and apostrophe handling,
+before stemming (``"don't"`` is compared as ``"dont"``)."""
+
+CJK_STOPWORDS = frozenset((
+    "的", "地", "得", "了", "着", "过", "是", "在", "和", "与", "及", "或", "也", "就", "都",
+    "而", "又", "吗", "呢", "吧", "啊", "呀", "嘛", "哦", "么", "之", "其", "这", "那", "我",
+    "你", "您", "他", "她", "它", "们", "个", "把", "被", "给", "从", "对", "向", "为", "以",
+    "于", "不", "没", "有", "の", "は", "が", "を", "に", "へ", "と", "も", "で", "や", "か",
+    "ね", "よ",
+))  # fmt: skip
+"""Chinese particles, pronouns and function characters (and a few Japanese
+particles), dropped when they would be a unigram; bigrams keep them."""
+
+_CLITICS = ("s", "ll", "re", "ve", "m", "d")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
+_VOWELS = frozenset("aeiouy")
+_UNDOUBLED = frozenset("bcdfghjkmnpqrtvwx")  # l, s, z stay doubled: fall, miss, buzz
+_ASCII_WORD = re.compile(r"[a-z]+")
+_CJK_RUN = re.compile(f"[{CJK}]+")
+
+
+def tokenize(text: str, *, cjk_unigrams: bool = False) -> list[str]:
+    """The index terms of ``text`` in reading order, repeats kept (they are the tf).
+
+    - Normalisation: NFKC and case folding (NFKC again after folding), curly and
+      full-width apostrophes made straight: ``"Ｈｅｌｌｏ"`` is ``"hello"``.
+    - Words: maximal runs of letters, digits and combining marks (so Devanagari
+      or Arabic words stay whole) outside the CJK ranges; punctuation, symbols,
+      whitespace and ``_`` separate them. Digits joined by ``.`` or ``,`` stay
+      one token (``"3.5"``, ``"1,000"``); other punctuation splits (``"14:30"``
+      is ``"14"``, ``"30"``).
+    - Apostrophes: only between word characters. An English clitic after the
+      last one is dropped (``'s 'll 're 've 'm 'd``: ``"alice's"`` is ``"alice"``
+      before stemming),
+      any other apostrophe is removed (``"don't"`` is ``"dont"``, ``"o'neill"``
+      is ``"oneill"``).
+    - Stopwords: a word in :data:`ENGLISH_STOPWORDS` is dropped.
+    - Stemming: a word of ASCII letters only is stemmed by :func:`stem`, a
+      light, dictionary-free suffix stripper (plural ``-s``, ``-ing``, ``-ed``).
+    - CJK (Han, kana, hangul): a run of two or more characters gives its
+      overlapping bigrams (``"上海天气"`` is ``"上海", "海天", "天气"``); a run of
+      one character gives that character unless it is in :data:`CJK_STOPWORDS`.
+      With ``cjk_unigrams`` (the document side of :func:`document_sparse`)
+      each non-stopword character of a longer run is also given, before the
+      bigram it starts, so a one-character query term can match it.
+
+    Mixed text is tokenised piece by piece in order. Empty, whitespace-only or
+    punctuation-only text gives ``[]``.
+    """
+    return [term for term, _ in _terms(text, cjk_unigrams=cjk_unigrams)]
+
+
+def stem(word: str) -> str:
+    """A light English stemmer for a lower-case ASCII word; other words unchanged.
+
+    In order, each step keeping at least three characters of the word:
+
+    1. plural: a final ``s`` is removed unless the word ends in ``ss``, ``us``
+       or ``is`` (``"cats"`` -> ``"cat"``, ``"class"``, ``"status"`` stay);
+    2. ``-ing`` / ``-ed`` are removed when what is left has a vowel, and a
+       doubled final consonant other than ``l s z`` is undoubled
+       (``"running"`` -> ``"run"``, ``"stopped"`` -> ``"stop"``, ``"falling"`` ->
+       ``"fall"``);
+    3. a final ``y`` after a consonant becomes ``i`` (``"study"``, ``"studies"``,
+       ``"studied"`` all give ``"studi"``);
+    4. a final ``e`` is removed (``"make"`` and ``"making"`` both give ``"mak"``,
+       ``"boxes"`` and ``"box"`` both ``"box"``).
+
+    Stems need not be words; they only have to agree between documents and
+    queries. Irregular forms (``"ran"``, ``"mice"``) are not conflated.
+    """
+    if not _ASCII_WORD.fullmatch(word):
+        return word
+    if len(word) > 3 and word[-1] == "s" and word[-2] not in "sui":
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        base = word[: -len(suffix)]
+        if word.endswith(suffix) and len(base) >= 3 and _VOWELS & set(base):
+            doubled = len(base) > 3 and base[-1] == base[-2] and base[-1] in _UNDOUBLED
+            word = base[:-1] if doubled else base
+            break
+    if len(word) >= 3 and word[-1] == "y" and word[-2] not in _VOWELS:
+        word = word[:-1] + "i"
+    if len(word) > 3 and word[-1] == "e":
+        word = word[:-1]
+    return word
+
+
+def normalise(text: str) -> str:
+    """NFKC, case-folded (then NFKC again), with straight apostrophes."""
+    if text.isascii():
+        return text.lower()
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return folded.translate(_APOSTROPHES)
+
+
+def _terms(text: str, *, cjk_unigrams: bool) -> Iterator[tuple[str, bool]]:
+    """``(term, extra)`` in reading order; ``extra`` marks the optional CJK unigrams,
+    which do not count in a document's length."""
+    for match in _token_pattern().finditer(normalise(text)):
+        if match.lastgroup == "cjk":
+            yield from _cjk_terms(match.group(), unigrams=cjk_unigrams)
+        elif match.lastgroup == "num":
+            yield match.group(), False
+        else:
+            word = _unclitic(match.group())
+            if word not in ENGLISH_STOPWORDS:
+                yield stem(word), False
+
+
+def _cjk_terms(run: str, *, unigrams: bool) -> Iterator[tuple[str, bool]]:
+    if len(run) == 1:
+        if run not in CJK_STOPWORDS:
+            yield run, False
+        return
+    for i in range(len(run) - 1):
+        if unigrams and run[i] not in CJK_STOPWORDS:
+            yield run[i], True
+        yield run[i : i + 2], False
+    if unigrams and run[-1] not in CJK_STOPWORDS:
+        yield run[-1], True
+
+
+def _unclitic(word: str) -> str:
+    if "'" not in word:
+        return word
+    head, _, tail = word.rpartition("'")
+    if tail in _CLITICS:
+        word = head
+    return word.replace("'", "")
+
+
+@lru_cache(maxsize=1)
+def _token_pattern() -> re.Pattern[str]:
+    """CJK runs, dotted numbers and words; built on first use (it lists every
+    combining mark, which ``\\w`` does not match, so that words keep them)."""
+    marks = "".join(re.escape(chr(c)) for c in _mark_code_points())
+    char = rf"(?:[^\W_{CJK}]|[{marks}])"
+    return re.compile(rf"(?P<cjk>[{CJK}]+)|(?P<num>\d+(?:[.,]\d+)+)|(?P<word>{char}+(?:'{char}+)*)")
+
+
+def _mark_code_points() -> Iterator[int]:
+    """Combining marks (categories Mn, Mc, Me) outside the CJK ranges."""
+    for start, stop in ((0, 0x20000), (0xE0000, 0xE1000)):
+        for code in range(start, stop):
+            char = chr(code)
+            if unicodedata.category(char)[0] == "M" and not _CJK_RUN.fullmatch(char):
+                yield code
+
+
+# --- sparse vectors -------------------------------------------------------------
+
+SparseVector = tuple[list[int], list[float]]
+"""``(indices, values)``, indices strictly ascending: Qdrant's ``SparseVector``."""
+
+TERM_INDEX_BITS = 31
+
+
+def term_index(term: str) -> int:
+    """The sparse index of ``term``: the first 4 bytes of BLAKE2b of its UTF-8,
+    big-endian, top bit cleared; in ``[0, 2**31)`` and the same in every process."""
+    digest = hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & ((1 << TERM_INDEX_BITS) - 1)
+
+
+def document_sparse(
+    text: str, *, k1: float = 1.2, b: float = 0.75, avg_len: float = 32.0
+) -> SparseVector:
+    """The document side of BM25: per distinct term, ``tf·(k1+1) / (tf + k1·(1−b+b·len/avg_len))``.
+
+    ``len`` is the number of terms of :func:`tokenize` (the extra CJK unigrams of
+    ``cjk_unigrams=True`` are indexed but not counted, as overlapping tokens are
+    not in Lucene's length norm). The store applies IDF at query time (Qdrant's
+    ``Modifier.IDF``). Terms whose indices collide are summed, in term order.
+    Empty text (or text of stopwords only) gives ``([], [])``.
+    """
+    if k1 < 0 or not 0 <= b <= 1 or avg_len <= 0:
+        raise ValueError(f"BM25 needs k1 >= 0, 0 <= b <= 1, avg_len > 0; got {k1}, {b}, {avg_len}")
+    terms = list(_terms(text, cjk_unigrams=True))
+    length = sum(1 for _, extra in terms if not extra)
+    norm = k1 * (1.0 - b + b * length / avg_len)
+    tf = Counter(term for term, _ in terms)
+    return _vector({term: n * (k1 + 1.0) / (n + norm) for term, n in tf.items()})
+
+
+def query_sparse(text: str) -> SparseVector:
+    """The query side: weight 1.0 per distinct term of :func:`tokenize` (collisions summed)."""
+    return _vector(dict.fromkeys(tokenize(text), 1.0))
+
+
+def _vector(weights: Mapping[str, float]) -> SparseVector:
+    merged: dict[int, float] = {}
+    for term in sorted(weights):
+        index = term_index(term)
+        merged[index] = merged.get(index, 0.0) + weights[term]
+    indices = sorted(merged)
+    return indices, [merged[i] for i in indices]
+
+
+# --- fusion ---------------------------------------------------------------------
+
+
+def rrf(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
+    """Reciprocal rank fusion: ``Σ 1 / (k + rank)`` over the rankings an id is in.
+
+    Ranks start at 1. Repeats within one ranking are dropped first (an id counts
+    at its best rank, later ids move up). Keys are in first-seen order.
+    """
+    if k < 0:
+        raise ValueError(f"rrf needs k >= 0, got {k}")
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, memory_id in enumerate(dict.fromkeys(ranking), start=1):
+            fused[memory_id] = fused.get(memory_id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def max_rrf(rankings: int, k: int = 60) -> float:
+    """The largest :func:`rrf` score over ``rankings`` lists: first in every one."""
+    return rankings / (k + 1)
+
+
+# --- scoring --------------------------------------------------------------------
+
+Weight = Annotated[float, Field(ge=0, le=1000)]
+
+
+class RecallWeights(Model):
+    """How recall weighs the parts of a candidate's score; part of the recall config.
+
+    The score is the weighted mean of four parts, each in ``[0, 1]``, so it is
+    in ``[0, 1]`` too and a weight of 0 removes its part:
+
+    * ``relevance`` (1.0): the candidate's :func:`rrf` score over
+      ``rankings`` lists (2: dense and sparse) fused with ``rrf_k`` (60), divided
+      by the largest possible one (:func:`max_rrf`), capped at 1;
+    * ``retention`` (0.3): the forgetting curve's R at query time
+      (:func:`candidate_retention`); 1.0 for L3 or promoted memories;
+    * ``recency`` (0.1): ``0.5 ** (age / recency_half_life_days)`` (7 days), the
+      age counted from the memory's creation (retention already counts from
+      the last reinforcement); 1.0 for a memory created at or after ``now``;
+    * ``importance`` (0.1): ``(importance − 1) / 9``.
+
+    Each weight is in ``[0, 1000]`` and at least one is positive.
+    """
+
+    relevance: Weight = 1.0
+    retention: Weight = 0.3
+    recency: Weight = 0.1
+    importance: Weight = 0.1
+    recency_half_life_days: Annotated[float, Field(gt=0, le=36_500)] = 7.0
+    rrf_k: Annotated[int, Field(ge=0, le=1_000_000)] = 60
+    rankings: Annotated[int, Field(ge=1, le=1000)] = 2
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.total == 0:
+            raise ValueError("at least one recall weight must be positive")
+        return self
+
+    @property
+    def total(self) -> float:
+        return self.relevance + self.retention + self.recency + self.importance
+
+
+_LAYERS = frozenset(get_args(Layer))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A memory the vector store returned, with what scoring needs of its payload.
+
+    ``rrf`` is its fused score (:func:`rrf` with ``RecallWeights.rrf_k``);
+    ``strength`` the trace's ``strength_days`` (S, or the FSRS card's stability);
+    ``last_reinforced_at`` the time the curve's clock last restarted: the
+    creation or latest reinforcement, and under the ``fsrs`` curve also a
+    weakening (a lapse is a review of the card). Datetimes must be aware.
+    """
+
+    id: str
+    rrf: float
+    importance: float
+    strength: float
+    reinforcements: int
+    last_reinforced_at: datetime
+    created_at: datetime
+    layer: Layer
+    promoted: bool = False
+
+    def __post_init__(self) -> None:
+        problems = [
+            ("id must be a non-empty string", not self.id),
+            ("rrf must be finite and >= 0", not (math.isfinite(self.rrf) and self.rrf >= 0)),
+            ("importance must be in 1..10", not 1 <= self.importance <= 10),
+            ("strength must be finite and > 0", not 0 < self.strength < math.inf),
+            ("reinforcements must be >= 0", self.reinforcements < 0),
+            ("last_reinforced_at must be aware", not _aware(self.last_reinforced_at)),
+            ("created_at must be aware", not _aware(self.created_at)),
+            (f"layer must be one of {sorted(_LAYERS)}", self.layer not in _LAYERS),
+        ]
+        found = [text for text, bad in problems if bad]
+        if found:
+            raise ValueError(f"candidate {self.id!r}: " + "; ".join(found))
+
+    @property
+    def protected(self) -> bool:
+        """Never forgotten (L3 or promoted): its retention is 1."""
+        return self.layer == "L3" or self.promoted
+
+
+class ScoredMemory(Model):
+    """A ranked memory: its score and the parts it is made of, each in ``[0, 1]``."""
+
+    id: str
+    score: Annotated[float, Field(ge=0, le=1)]
+    relevance: Annotated[float, Field(ge=0, le=1)]
+    retention: Annotated[float, Field(ge=0, le=1)]
+    recency: Annotated[float, Field(ge=0, le=1)]
+    importance: Annotated[float, Field(ge=0, le=1)]
+    rrf: Annotated[float, Field(ge=0)]
+
+
+def candidate_retention(
+    strength: float, last_reinforced_at: datetime, now: datetime, forgetting: ForgettingParams
+) -> float:
+    """R at ``now`` of a memory with strength ``S`` reinforced at ``last_reinforced_at``.
+
+    Exactly :func:`processors.forgetting.retention` of the memory's trace: it
+    builds the smallest trace that curve reads (for ``fsrs``, a card whose
+    stability is ``strength`` and whose last review is ``last_reinforced_at``;
+    retrievability reads nothing else) and asks it.
+    """
+    card = None
+    if forgetting.curve == "fsrs":
+        card = FsrsCard(
+            card_id=0,
+            state=2,  # fsrs.State.Review
+            step=None,
+            stability=strength,
+            difficulty=None,
+            due=last_reinforced_at,
+            last_review=last_reinforced_at,
+        )
+    trace = Trace(strength_days=strength, last_reinforced_at=last_reinforced_at, card=card)
+    return retention(trace, now, forgetting)
+
+
+def score(
+    candidate: Candidate, *, now: datetime, weights: RecallWeights, forgetting: ForgettingParams
+) -> ScoredMemory:
+    """The candidate's final score at ``now`` and its parts (see :class:`RecallWeights`)."""
+    if not _aware(now):
+        raise ValueError(f"recall needs an aware datetime, got {now!r}")
+    relevance = min(candidate.rrf / max_rrf(weights.rankings, weights.rrf_k), 1.0)
+    kept = (
+        1.0
+        if candidate.protected
+        else candidate_retention(candidate.strength, candidate.last_reinforced_at, now, forgetting)
+    )
+    age_days = max((now - candidate.created_at).total_seconds(), 0.0) / 86_400.0
+    recency = 0.5 ** (age_days / weights.recency_half_life_days)
+    importance = (candidate.importance - 1.0) / 9.0
+    total = (
+        weights.relevance * relevance
+        + weights.retention * kept
+        + weights.recency * recency
+        + weights.importance * importance
+    )
+    return ScoredMemory(
+        id=candidate.id,
+        score=min(total / weights.total, 1.0),
+        relevance=relevance,
+        retention=kept,
+        recency=recency,
+        importance=importance,
+        rrf=candidate.rrf,
+    )
+
+
+def rank(
+    candidates: Sequence[Candidate],
+    *,
+    now: datetime,
+    weights: RecallWeights,
+    forgetting: ForgettingParams,
+    k: int,
+) -> list[ScoredMemory]:
+    """The top ``k`` candidates by score, descending, ties by id ascending.
+
+    The order of ``candidates`` does not matter; two candidates with the same id
+    are a ``ValueError``.
+    """
+    if k < 0:
+        raise ValueError(f"rank needs k >= 0, got {k}")
+    ids = [c.id for c in candidates]
+    if len(set(ids)) != len(ids):
+        raise ValueError("candidates must have distinct ids")
+    scored = [score(c, now=now, weights=weights, forgetting=forgetting) for c in candidates]
+    scored.sort(key=lambda s: (-s.score, s.id))
+    return scored[:k]
+
+
+def _aware(moment: datetime) -> bool:
+    return moment.tzinfo is not None and moment.utcoffset() is not None
+
+
+__all__ = [
+    "CJK",
+    "CJK_STOPWORDS",
+    "ENGLISH_STOPWORDS",
+    "Candidate",
+    "RecallWeights",
+    "ScoredMemory",
+    "SparseVector",
+    "candidate_retention",
+    "document_sparse",
+    "max_rrf",
+    "normalise",
+    "query_sparse",
+    "rank",
+    "rrf",
+    "score",
+    "stem",
+    "term_index",
+    "tokenize",
+]
