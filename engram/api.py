@@ -60,8 +60,10 @@ def create_api(
     publish: Publish,
     gate: QueryGate,
     info: Callable[[], dict[str, Any]],
+    memory: APIRouter | None = None,
 ) -> FastAPI:
-    """The FastAPI app: events go to ``publish``, SQL to ``gate``, health asks ``info``."""
+    """The FastAPI app: events go to ``publish``, SQL to ``gate``, health asks ``info``;
+    ``memory`` adds recall and snapshots (:func:`engram.service.memory_router`)."""
     app = FastAPI(
         title="engram",
         summary="Event-sourced memory for AI agents",
@@ -70,6 +72,8 @@ def create_api(
     )
     app.include_router(events_router(codec, publish))
     app.include_router(health_router(info))
+    if memory is not None:
+        app.include_router(memory)
     app.include_router(clickhouse_router(gate))
     return app
 

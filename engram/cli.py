@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,7 +29,7 @@ errors = Console(stderr=True)
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -160,6 +161,106 @@ def schema(
     chosen = {type: TYPES_BY_NAME[type]} if type else TYPES_BY_NAME
     schemas = {name: model.model_json_schema() for name, model in sorted(chosen.items())}
     sys.stdout.write(json.dumps(schemas, indent=2, ensure_ascii=False) + "\n")
+
+
+@app.command()
+def recall(
+    query: Annotated[str, typer.Argument(help="What to remember, in any language.")],
+    agent: Annotated[str, typer.Option("--agent", "-a", help="The agent whose memory to search.")],
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Only this user's.")] = None,
+    k: Annotated[int, typer.Option("-k", min=1, max=1000, help="How many memories.")] = 10,
+    layer: Annotated[
+        list[str] | None, typer.Option("--layer", "-l", help="L2 or L3; repeatable.")
+    ] = None,
+    min_importance: Annotated[float | None, typer.Option(min=1, max=10)] = None,
+    forgotten: Annotated[bool, typer.Option(help="Include forgotten memories.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recall an agent's memories (hybrid, retention weighted); the recall reinforces them.
+
+    Example: engram recall "where does the user want to travel?" --agent travel-bot
+    """
+    from engram.client import Memory
+
+    try:
+        with Memory.connect(load_settings(), prefer_http=True) as memory:
+            result = memory.recall(
+                query,
+                agent_id=agent,
+                user_id=user,
+                k=k,
+                layers=layer,
+                min_importance=min_importance,
+                include_forgotten=forgotten,
+            )
+    except EngramError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        return
+    table = Table("#", "score", "R", "layer", "memory", title=f"{agent}: {query}")
+    for rank, m in enumerate(result.memories, 1):
+        table.add_row(str(rank), f"{m.score:.3f}", f"{m.retention:.2f}", m.layer, m.text)
+    console.print(table)
+
+
+@app.command()
+def snapshot(
+    agent: Annotated[str, typer.Argument(help="The agent.")],
+    user: Annotated[str | None, typer.Option("--user", "-u")] = None,
+    session: Annotated[str | None, typer.Option("--session", "-s")] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option("--as-of", help="ISO-8601 moment with offset, e.g. 2026-01-31T12:00Z"),
+    ] = None,
+    episodes: Annotated[int, typer.Option(min=0, max=1000)] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show an agent's memory snapshot: working memory, episodes, facts, persona, skills.
+
+    Example: engram snapshot travel-bot --user u-1 --json
+    """
+    from engram.client import Memory
+    from engram.views import print_snapshot
+
+    moment = parse_moment(as_of) if as_of else None
+    try:
+        with Memory.connect(load_settings(), prefer_http=True) as memory:
+            snap = memory.snapshot(
+                agent, user_id=user, session_id=session, as_of=moment, episodes=episodes
+            )
+    except EngramError as error:
+        raise fail(str(error)) from None
+    if as_json:
+        sys.stdout.write(snap.model_dump_json(indent=2) + "\n")
+        return
+    print_snapshot(console, snap)
+
+
+def parse_moment(text: str) -> datetime:
+    """An aware datetime from ISO-8601 (``Z`` allowed); exits 2 when it is not one."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise fail(f"not an ISO-8601 moment: {text!r}", 2) from None
+    if moment.tzinfo is None:
+        raise fail(f"{text!r} has no UTC offset; add Z or +HH:MM", 2)
+    return moment
+
+
+@app.command()
+def mcp() -> None:
+    """Serve engram to agent frameworks over MCP (stdio): memory_recall, memory_publish,
+    memory_snapshot. Needs a running `engram up`.
+
+    Example (in an MCP client's config): {"command": "engram", "args": ["mcp"]}
+    """
+    from engram.mcp import serve
+
+    try:
+        serve(load_settings())
+    except EngramError as error:
+        raise fail(str(error)) from None
 
 
 def main() -> None:

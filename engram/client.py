@@ -16,6 +16,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +24,9 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from engram.errors import NotRunning, PublishError, RejectedEvent
+from engram.errors import NotRunning, PublishError, RejectedEvent, RequestFailed
+from engram.events import make_event
+from engram.results import DEFAULT_EPISODES, RecallResult, Snapshot
 from engram.settings import Settings
 from schemas import RAW_TYPE_NAMES, BadEvent, Codec, Event
 
@@ -72,6 +75,7 @@ class Memory:
     ) -> None:
         if bootstrap is None and http is None:
             raise NotRunning("Memory needs bootstrap= (Kafka) or http= (engram up)")
+        # With both, events go to Kafka and recall / snapshots to engram up's API.
         self.settings = settings or Settings.from_env()
         self.bootstrap = bootstrap
         self.http = http.rstrip("/") if http else None
@@ -87,7 +91,8 @@ class Memory:
         settings = settings or Settings.from_env()
         up = read_up_file(settings.up_file)
         if settings.kafka_bootstrap and not prefer_http:
-            return cls(bootstrap=settings.kafka_bootstrap, settings=settings)
+            http = up["http"] if up is not None else None
+            return cls(bootstrap=settings.kafka_bootstrap, http=http, settings=settings)
         if up is None:
             raise NotRunning(
                 f"engram is not running: no {settings.up_file}. Start it with `engram up`, "
@@ -95,7 +100,7 @@ class Memory:
             )
         if prefer_http:
             return cls(http=up["http"], settings=settings)
-        return cls(bootstrap=up["kafka_bootstrap"], settings=settings)
+        return cls(bootstrap=up["kafka_bootstrap"], http=up["http"], settings=settings)
 
     # -- validation -------------------------------------------------------
     def validate(self, events: Iterable[EventLike]) -> list[Event]:
@@ -125,6 +130,96 @@ class Memory:
         else:
             await self._send_http(checked)
         return checked
+
+    async def arecall(
+        self,
+        query: str,
+        *,
+        agent_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        k: int = 10,
+        layers: Sequence[str] | None = None,
+        min_importance: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        include_forgotten: bool = False,
+    ) -> RecallResult:
+        """The ``k`` best memories of ``agent_id`` for ``query`` (hybrid, retention
+        weighted); the recall is recorded as ``memory.recalled``, which reinforces
+        what it returned. Raises :class:`RequestFailed` with the server's reason."""
+        request: dict[str, Any] = {"query": query, "agent_id": agent_id, "k": k}
+        optional = {
+            "user_id": user_id,
+            "session_id": session_id,
+            "layers": list(layers) if layers is not None else None,
+            "min_importance": min_importance,
+            "weights": dict(weights) if weights is not None else None,
+        }
+        request.update({key: value for key, value in optional.items() if value is not None})
+        if include_forgotten:
+            request["include_forgotten"] = True
+        answer = await self._call("POST", "/v1/recall", json=request)
+        return RecallResult.model_validate(answer)
+
+    async def asnapshot(
+        self,
+        agent_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        as_of: datetime | None = None,
+        episodes: int = DEFAULT_EPISODES,
+    ) -> Snapshot:
+        """``agent_id``'s memory snapshot (working memory, episodes, facts, persona,
+        skills, log position), now or ``as_of`` an aware moment."""
+        if as_of is not None and as_of.tzinfo is None:
+            raise ValueError("as_of must be an aware datetime (UTC offset included)")
+        params: dict[str, Any] = {"agent_id": agent_id, "episodes": episodes}
+        optional = {
+            "user_id": user_id,
+            "session_id": session_id,
+            "as_of": as_of.isoformat() if as_of else None,
+        }
+        params.update({key: value for key, value in optional.items() if value is not None})
+        answer = await self._call("GET", "/v1/snapshot", params=params)
+        return Snapshot.model_validate(answer)
+
+    async def afeedback(
+        self,
+        memory_id: str,
+        useful: bool,
+        *,
+        agent_id: str,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        correction: str | None = None,
+    ) -> Event:
+        """Publish ``feedback.given``: a useful memory is reinforced, a corrected one
+        weakened (or invalidated when ``correction`` says what is true instead)."""
+        event = make_event(
+            "feedback.given",
+            agent_id=agent_id,
+            user_id=user_id,
+            session_id=session_id,
+            body={"memory_id": memory_id, "useful": useful, "correction": correction},
+        )
+        return await self.apublish(event)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.http is None:
+            raise NotRunning(
+                "recall and snapshots need engram up's HTTP API: pass http= or use "
+                "Memory.connect() while `engram up` runs"
+            )
+        if self._http is None:
+            self._http = httpx.AsyncClient(base_url=self.http, timeout=self.timeout)
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise RequestFailed(f"cannot reach engram at {self.http}: {error!r}") from None
+        if response.status_code >= 400:
+            raise RequestFailed(_reason(response), response.status_code)
+        return response.json()
 
     async def aclose(self) -> None:
         if self._producer is not None:
@@ -197,6 +292,18 @@ class Memory:
         """Sync :meth:`apublish_many`."""
         return self._run(self.apublish_many(list(events)))
 
+    def recall(self, query: str, **options: Any) -> RecallResult:
+        """Sync :meth:`arecall`."""
+        return self._run(self.arecall(query, **options))
+
+    def snapshot(self, agent_id: str, **options: Any) -> Snapshot:
+        """Sync :meth:`asnapshot`."""
+        return self._run(self.asnapshot(agent_id, **options))
+
+    def feedback(self, memory_id: str, useful: bool, **options: Any) -> Event:
+        """Sync :meth:`afeedback`."""
+        return self._run(self.afeedback(memory_id, useful, **options))
+
     def close(self) -> None:
         if self._loop is not None:
             self._loop.run(self.aclose())
@@ -214,6 +321,19 @@ class Memory:
 
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        detail = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(detail, dict):
+        if "reason" in detail:
+            return str(detail["reason"])
+        if "detail" in detail:  # FastAPI's validation errors
+            return json.dumps(detail["detail"], ensure_ascii=False)[:1000]
+    return str(detail)[:1000]
 
 
 def _rejection(response: httpx.Response, offset: int) -> RejectedEvent:

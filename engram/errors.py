@@ -28,4 +28,21 @@ class RejectedEvent(EngramError):
         self.index = index
 
 
-__all__ = ["BadEvent", "EngramError", "NotRunning", "PublishError", "RejectedEvent"]
+class RequestFailed(EngramError):
+    """``engram up`` refused or could not answer a recall or snapshot request;
+    ``status`` is the HTTP status (0 when the server could not be reached)."""
+
+    def __init__(self, reason: str, status: int = 0) -> None:
+        super().__init__(f"HTTP {status}: {reason}" if status else reason)
+        self.reason = reason
+        self.status = status
+
+
+__all__ = [
+    "BadEvent",
+    "EngramError",
+    "NotRunning",
+    "PublishError",
+    "RejectedEvent",
+    "RequestFailed",
+]

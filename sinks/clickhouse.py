@@ -154,6 +154,19 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             WHERE type = 'persona.versioned'""",
         ),
     ),
+    (
+        3,
+        (
+            # A checkpoint of each agent's fold state, written with every flush: a
+            # snapshot loads it and folds only the events after it.
+            """CREATE TABLE IF NOT EXISTS agent_states (
+                agent_id String,
+                seq Int64,
+                state String CODEC(ZSTD(3))
+            ) ENGINE = ReplacingMergeTree(seq)
+            ORDER BY agent_id""",
+        ),
+    ),
 )
 
 EVENT_COLUMNS = (
@@ -192,6 +205,15 @@ class ArchivedEvent:
     seq: int
     payload: bytes
     occurred_at: datetime
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An agent's serialised fold state after the event with sequence ``seq``."""
+
+    agent_id: str
+    seq: int
+    state: bytes
 
 
 @dataclass(frozen=True)
@@ -274,17 +296,31 @@ class ClickHouseHistory:
 
     # -- writes -----------------------------------------------------------
     async def write(
-        self, events: Sequence[SequencedEvent], changes: Sequence[DerivedEvent]
+        self,
+        events: Sequence[SequencedEvent],
+        changes: Sequence[DerivedEvent],
+        checkpoints: Sequence[Checkpoint] = (),
     ) -> None:
         """Insert a batch; returns once ClickHouse has acknowledged it."""
-        await self._run(lambda: self.write_sync(events, changes))
+        await self._run(lambda: self.write_sync(events, changes, checkpoints))
 
-    def write_sync(self, events: Sequence[SequencedEvent], changes: Sequence[DerivedEvent]) -> None:
+    def write_sync(
+        self,
+        events: Sequence[SequencedEvent],
+        changes: Sequence[DerivedEvent],
+        checkpoints: Sequence[Checkpoint] = (),
+    ) -> None:
         if events:
             self.client.insert("events", [event_row(e) for e in events], column_names=EVENT_COLUMNS)
         if changes:
             self.client.insert(
                 "memory_changes", [change_row(c) for c in changes], column_names=CHANGE_COLUMNS
+            )
+        if checkpoints:
+            self.client.insert(
+                "agent_states",
+                [[c.agent_id, c.seq, c.state] for c in checkpoints],
+                column_names=["agent_id", "seq", "state"],
             )
 
     # -- reads ------------------------------------------------------------
@@ -308,6 +344,55 @@ class ClickHouseHistory:
             if len(rows) < page:
                 return
             after_agent, after_seq = rows[-1][0], int(rows[-1][1])
+
+    def checkpoint(self, agent_id: str) -> Checkpoint | None:
+        """The latest checkpoint of ``agent_id``'s fold state, if any."""
+        rows = self.client.query(
+            "SELECT seq, state FROM agent_states FINAL WHERE agent_id = {a:String}",
+            parameters={"a": agent_id},
+            column_formats={"state": "bytes"},
+        ).result_rows
+        return Checkpoint(agent_id, int(rows[0][0]), rows[0][1]) if rows else None
+
+    def agent_log(
+        self, agent_id: str, *, after_seq: int = -1, until: datetime | None = None
+    ) -> Iterator[ArchivedEvent]:
+        """``agent_id``'s archived raw events with ``seq > after_seq`` in sequence
+        order, only those that occurred at or before ``until`` when given."""
+        page = 10_000
+        while True:
+            result = self.client.query(
+                "SELECT agent_id, seq, payload, occurred_at FROM events FINAL"
+                " WHERE agent_id = {a:String} AND seq > {s:Int64}"
+                " AND occurred_at <= {u:DateTime64(3, 'UTC')}"
+                " ORDER BY seq LIMIT {n:UInt32}",
+                parameters={"a": agent_id, "s": after_seq, "u": until or _END_OF_TIME, "n": page},
+                column_formats={"payload": "bytes"},
+            )
+            rows = result.result_rows
+            for row_agent, seq, payload, occurred_at in rows:
+                yield ArchivedEvent(row_agent, int(seq), payload, _aware(occurred_at))
+            if len(rows) < page:
+                return
+            after_seq = int(rows[-1][1])
+
+    def episodes_of(
+        self, agent_id: str, *, user_id: str | None, until_seq: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """The last ``limit`` episodes of ``agent_id`` (and ``user_id`` when given)
+        closed at or before sequence ``until_seq``, newest first."""
+        result = self.client.query(
+            "SELECT episode_id, session_id, user_id, summary, importance, sentiment, confidence,"
+            " entities, turn_count, started_at, ended_at, cut, previous_episode_id, summariser, seq"
+            " FROM episodes WHERE agent_id = {a:String} AND seq <= {s:Int64}"
+            " AND ({u:Nullable(String)} IS NULL OR user_id = {u:Nullable(String)})"
+            " ORDER BY seq DESC LIMIT {n:UInt32}",
+            parameters={"a": agent_id, "s": until_seq, "u": user_id, "n": limit},
+        )
+        return [dict(zip(result.column_names, row, strict=True)) for row in result.result_rows]
+
+
+_END_OF_TIME = datetime(2299, 12, 31, tzinfo=UTC)
 
 
 def _aware(moment: datetime) -> datetime:

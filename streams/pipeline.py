@@ -32,7 +32,7 @@ import faust
 
 from processors import AgentMemory, AgentState, MemoryConfig
 from schemas import BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
-from sinks.clickhouse import ClickHouseHistory, SequencedEvent
+from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
@@ -171,14 +171,17 @@ class Folder:
             result.sequenced.append(SequencedEvent(event, step.seq, payload))
             result.derived.extend(step.derived)
 
-    def state_records(self, touched: dict[str, int]) -> list[Record]:
-        """Changelog records of the touched agents' states (also set in the table)."""
-        records = []
+    def state_records(self, touched: dict[str, int]) -> tuple[list[Record], list[Checkpoint]]:
+        """Changelog records of the touched agents' states (also set in the table),
+        and the same states as history checkpoints."""
+        records, checkpoints = [], []
         for agent_id, partition in sorted(touched.items()):
-            key, value = agent_id.encode(), self.live[agent_id].stored()
+            live = self.live[agent_id]
+            key, value = agent_id.encode(), live.stored()
             self.table.data[key] = value
             records.append(Record(key, value, partition=partition))
-        return records
+            checkpoints.append(Checkpoint(agent_id, live.memory.seq, value))
+        return records, checkpoints
 
 
 CLOCK_AGENT = "__clock__"
@@ -224,6 +227,7 @@ class Group:
     touched: dict[str, int] = field(default_factory=dict)
     messages: list[Any] = field(default_factory=list)
     states: list[Record] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def absorb(self, result: FoldResult, messages: Sequence[Any]) -> None:
         self.sequenced += result.sequenced
@@ -278,7 +282,7 @@ class Flusher:
     def _close(self) -> Group:
         """Take the pending group, with its agents' states as of now."""
         group, self.pending = self.pending, Group()
-        group.states = self.folder.state_records(group.touched)
+        group.states, group.checkpoints = self.folder.state_records(group.touched)
         return group
 
     async def _flush_all(self) -> None:
@@ -292,7 +296,8 @@ class Flusher:
         dead = dead_letter_records(group.dead)
         await asyncio.gather(
             retry_in_place(
-                lambda: sinks.history.write(group.sequenced, group.derived), what="write history"
+                lambda: sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                what="write history",
             ),
             retry_in_place(
                 lambda: sinks.writer.send(sinks.memory_topic, derived), what="publish derived"

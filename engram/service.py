@@ -1,0 +1,201 @@
+"""Recall and snapshots behind the HTTP API (``POST /v1/recall``, ``GET /v1/snapshot``).
+
+:class:`MemoryService` owns the blocking parts: recall runs on one thread of its
+own (the embedding model and the vector store are used from one thread at a
+time), snapshot reads run on the ClickHouse executor. Every recall is recorded
+as a ``memory.recalled`` event, published before the answer returns, so what
+an agent was shown is in the log even if the agent dies right after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from engram.recall import Recaller, recalled_event
+from engram.results import DEFAULT_EPISODES, RecalledMemory, RecallResult, Snapshot
+from engram.snapshot import UnknownAgent, take_snapshot
+from processors import MemoryConfig
+from processors.recall import RecallWeights
+from schemas import Event
+from sinks.clickhouse import ClickHouseHistory
+
+log = logging.getLogger("engram.api")
+Publish = Callable[[Sequence[Event]], Awaitable[None]]
+
+
+class RecallRequest(BaseModel):
+    """A recall: ``agent_id`` is mandatory; ``user_id`` narrows to one user."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: Annotated[str, Field(min_length=1, max_length=8192)]
+    agent_id: Annotated[str, Field(min_length=1, max_length=256)]
+    user_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    session_id: str | None = None
+    k: Annotated[int, Field(ge=1, le=1000)] = 10
+    layers: list[Literal["L2", "L3"]] | None = None
+    min_importance: Annotated[float, Field(ge=1, le=10)] | None = None
+    weights: RecallWeights | None = None
+    include_forgotten: bool = False
+
+
+class Problem(BaseModel):
+    error: str
+    reason: str
+
+
+class MemoryService:
+    """Recall (with its ``memory.recalled`` record) and snapshots."""
+
+    def __init__(
+        self,
+        *,
+        recaller: Recaller | None,
+        history: ClickHouseHistory,
+        publish: Publish,
+        config: MemoryConfig | None = None,
+    ) -> None:
+        self.recaller = recaller
+        self.history = history
+        self.publish = publish
+        self.config = config or MemoryConfig()
+        self._recall_thread = ThreadPoolExecutor(1, thread_name_prefix="engram-recall")
+
+    async def recall(self, request: RecallRequest) -> RecallResult:
+        """Recall, publish the record, answer. Raises ``LookupError`` when this
+        stack has no vector store, ``ValueError`` for a bad request."""
+        recaller = self.recaller
+        if recaller is None:
+            raise LookupError("recall is not configured on this stack")
+
+        def run() -> list[RecalledMemory]:
+            return recaller.recall(
+                request.query,
+                agent_id=request.agent_id,
+                user_id=request.user_id,
+                k=request.k,
+                layers=request.layers,
+                min_importance=request.min_importance,
+                weights=request.weights,
+                include_forgotten=request.include_forgotten,
+            )
+
+        loop = asyncio.get_running_loop()
+        memories = await loop.run_in_executor(self._recall_thread, run)
+        event = recalled_event(
+            request.query,
+            request.agent_id,
+            memories,
+            user_id=request.user_id,
+            session_id=request.session_id,
+        )
+        await self.publish([event])
+        return RecallResult(
+            query=request.query,
+            agent_id=request.agent_id,
+            user_id=request.user_id,
+            memories=memories,
+            event_id=event.event_id,
+        )
+
+    async def snapshot(
+        self,
+        agent_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        as_of: datetime | None = None,
+        episodes: int = DEFAULT_EPISODES,
+    ) -> Snapshot:
+        """:func:`engram.snapshot.take_snapshot` on the history's executor."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.history.executor,
+            lambda: take_snapshot(
+                self.history,
+                agent_id,
+                user_id=user_id,
+                session_id=session_id,
+                as_of=as_of,
+                episodes=episodes,
+                config=self.config,
+            ),
+        )
+
+    def close(self) -> None:
+        self._recall_thread.shutdown(wait=False)
+
+
+def memory_router(service: MemoryService) -> APIRouter:
+    """``POST /v1/recall`` and ``GET /v1/snapshot``."""
+    router = APIRouter(tags=["memory"])
+
+    @router.post(
+        "/v1/recall",
+        response_model=RecallResult,
+        summary="Recall an agent's memories",
+        description=(
+            "Hybrid recall (dense + BM25, fused by reciprocal rank, re-weighted by "
+            "retention, recency and importance) over one agent's memories. The recall "
+            "is recorded as a `memory.recalled` event, which reinforces what it returned."
+        ),
+        responses={
+            422: {"description": "an invalid request"},
+            503: {"model": Problem, "description": "no vector store, or the log refused"},
+        },
+    )
+    async def recall(request: RecallRequest) -> RecallResult | JSONResponse:
+        try:
+            return await service.recall(request)
+        except LookupError as missing:
+            return _problem(503, "recall unavailable", str(missing))
+        except ValueError as bad:
+            return _problem(422, "invalid recall", str(bad))
+        except Exception as error:  # the caller gets the reason; the log gets the trace
+            log.exception("recall failed")
+            return _problem(500, "recall failed", repr(error))
+
+    @router.get(
+        "/v1/snapshot",
+        response_model=Snapshot,
+        summary="An agent's memory snapshot",
+        description=(
+            "Working memory, the latest episodes, current facts, persona, skills and the "
+            "log position they reflect; `as_of` (ISO-8601 with offset) reconstructs the "
+            "snapshot at a past moment by replaying the agent's log."
+        ),
+        responses={404: {"model": Problem}, 422: {"model": Problem}},
+    )
+    async def snapshot(
+        agent_id: Annotated[str, Query(min_length=1)],
+        user_id: str | None = None,
+        session_id: str | None = None,
+        as_of: datetime | None = None,
+        episodes: Annotated[int, Query(ge=0, le=1000)] = DEFAULT_EPISODES,
+    ) -> Snapshot | JSONResponse:
+        try:
+            return await service.snapshot(
+                agent_id, user_id=user_id, session_id=session_id, as_of=as_of, episodes=episodes
+            )
+        except UnknownAgent as unknown:
+            return _problem(404, "unknown agent", str(unknown))
+        except ValueError as bad:
+            return _problem(422, "invalid snapshot request", str(bad))
+        except Exception as error:
+            log.exception("snapshot failed")
+            return _problem(500, "snapshot failed", repr(error))
+
+    return router
+
+
+def _problem(status: int, error: str, reason: str) -> JSONResponse:
+    return JSONResponse(Problem(error=error, reason=reason).model_dump(), status_code=status)

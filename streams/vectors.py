@@ -1,0 +1,263 @@
+"""Embedding and the vector projection, both fed by ``engram.memory``.
+
+Two faust agents on the derived log:
+
+* ``engram.embed`` embeds the text of every ``memory.created`` in batches (on one
+  thread of its own, off the event loop) and records each vector as a
+  ``memory.embedded`` event on ``engram.memory`` (same key, so it follows the
+  creation in the agent's partition). Rebuilding the vector store replays these
+  records: it never embeds again.
+* ``engram.vectors`` projects the derived log into the :class:`VectorIndex`, one
+  idempotent operation per change, in log order: a creation upserts the point
+  (payload and BM25 term weights, no dense vector yet), ``memory.embedded`` of
+  the index's model adds the dense vector, reinforcement, weakening, promotion
+  and forgetting set payload fields to absolute values. Redelivering any suffix of
+  the log therefore converges to the same points.
+
+Both agents retry a failing store in place (backoff, forever): nothing is acked
+before it is written, nothing escapes the batch loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, cast
+from uuid import uuid5
+
+import faust
+
+from processors.recall import document_sparse
+from schemas import (
+    BadEvent,
+    Codec,
+    DerivedEvent,
+    MemoryCreated,
+    MemoryEmbedded,
+    MemoryForgotten,
+    MemoryPromoted,
+    MemoryReinforced,
+    MemoryWeakened,
+)
+from sinks.embedding import Embedder
+from sinks.vectors import Point, SparseVector, VectorIndex
+from streams.logwriter import LogWriter, Record
+from streams.retry import retry_in_place
+
+log = logging.getLogger("engram.vectors")
+
+
+def millis(event: DerivedEvent) -> int:
+    return int(event.occurred_at.timestamp() * 1000)
+
+
+def point_of(event: MemoryCreated) -> Point:
+    """The point a ``memory.created`` makes: payload and sparse terms, no vector yet."""
+    body = event.body
+    indices, values = document_sparse(body.text)
+    at = millis(event)
+    return Point(
+        id=body.memory_id,
+        dense=None,
+        sparse=SparseVector(indices=indices, values=values),
+        payload={
+            "agent_id": event.agent_id,
+            "user_id": event.user_id,
+            "session_id": event.session_id,
+            "layer": body.layer,
+            "kind": body.kind,
+            "importance": body.importance,
+            "sentiment": body.sentiment,
+            "confidence": body.confidence,
+            "strength": body.strength,
+            "reinforcements": 0,
+            "last_reinforced_at": at,
+            "last_review_at": at,
+            "created_at": at,
+            "forgotten": False,
+            "invalidated": False,
+            "promoted": body.layer == "L3",
+            "text": body.text,
+            "entities": list(body.entities),
+            "sources": list(body.sources),
+            "source_event_id": str(event.source_event_id),
+        },
+    )
+
+
+def payload_change(event: DerivedEvent) -> tuple[str, dict[str, Any]] | None:
+    """The payload fields a change sets, as absolute values (idempotent)."""
+    if isinstance(event, MemoryReinforced):
+        body = event.body
+        return body.memory_id, {
+            "strength": body.strength,
+            "reinforcements": body.reinforcements,
+            "invalidated": body.invalidated,
+            "last_reinforced_at": millis(event),
+            "last_review_at": millis(event),
+        }
+    if isinstance(event, MemoryWeakened):
+        body = event.body
+        return body.memory_id, {
+            "strength": body.strength,
+            "reinforcements": body.reinforcements,
+            "invalidated": body.invalidated,
+            "last_review_at": millis(event),  # FSRS counts from a lapse too
+        }
+    if isinstance(event, MemoryPromoted):
+        return event.body.memory_id, {"layer": event.body.to_layer, "promoted": True}
+    if isinstance(event, MemoryForgotten):
+        return event.body.memory_id, {"forgotten": True, "forgotten_at": millis(event)}
+    return None
+
+
+@dataclass(frozen=True)
+class Op:
+    """One store operation: ``kind`` is upsert, dense or payload."""
+
+    kind: str
+    item: Any
+
+
+def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
+    """What the vector projection does for ``events``, in their order; vectors of
+    other models than ``model`` are not this index's business."""
+    ops: list[Op] = []
+    for event in events:
+        if isinstance(event, MemoryCreated):
+            ops.append(Op("upsert", point_of(event)))
+        elif isinstance(event, MemoryEmbedded):
+            if event.body.model == model:
+                ops.append(Op("dense", (event.body.memory_id, event.body.vector)))
+        else:
+            change = payload_change(event)
+            if change is not None:
+                ops.append(Op("payload", change))
+    return ops
+
+
+def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> None:
+    """Apply ``ops`` in order, each run of one kind as one store call."""
+    run: list[Any] = []
+    for position, op in enumerate(ops):
+        run.append(op.item)
+        last = position + 1 == len(ops) or ops[position + 1].kind != op.kind
+        if last:
+            _apply_run(index, op.kind, run)
+            run = []
+
+
+def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> None:
+    if kind == "upsert":
+        index.upsert(items)
+    elif kind == "dense":
+        index.set_dense(items)
+    else:
+        index.set_payload(items)
+
+
+def embedded_event(
+    created: MemoryCreated, embedder: Embedder, vector: list[float]
+) -> MemoryEmbedded:
+    """The record of one vector; its id is a ``uuid5`` of the creation and the model,
+    so re-embedding after a redelivery yields the same event."""
+    return MemoryEmbedded(
+        event_id=uuid5(created.event_id, f"embedded:{embedder.name}:{embedder.version}"),
+        agent_id=created.agent_id,
+        session_id=created.session_id,
+        user_id=created.user_id,
+        occurred_at=created.occurred_at,
+        source_event_id=created.event_id,
+        seq=created.seq,
+        idx=created.idx,
+        config_version=created.config_version,
+        body={
+            "memory_id": created.body.memory_id,
+            "model": embedder.name,
+            "model_version": embedder.version,
+            "dims": embedder.dims,
+            "vector": vector,
+        },
+    )
+
+
+def decode_all(codec: Codec, batch: Sequence[faust.EventT[bytes]]) -> list[DerivedEvent]:
+    """The derived events of a batch; bytes that do not decode are logged and skipped
+    (the fold wrote them, so this is a bug, not user input)."""
+    out: list[DerivedEvent] = []
+    for item in batch:
+        try:
+            event = codec.decode(item.message.value or b"")
+        except BadEvent as bad:
+            log.error("undecodable record on the derived log: %s", bad.reason)
+            continue
+        if isinstance(event, DerivedEvent):
+            out.append(event)
+    return out
+
+
+def register_vectors(
+    app: faust.App,
+    *,
+    memory_topic: faust.TopicT,
+    index: VectorIndex,
+    embedder: Embedder,
+    codec: Codec,
+    bootstrap: str,
+    batch_size: int = 256,
+    within: float = 0.2,
+) -> None:
+    """Declare the embedding and vector-projection agents on ``app``."""
+    embed_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-embed")
+    store_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-vectors")
+    topic_name = memory_topic.get_topic_name()
+
+    async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn)
+
+    @app.agent(memory_topic, name="engram.embed")
+    async def embed(stream: faust.StreamT[bytes]) -> None:
+        writer = LogWriter(bootstrap)
+        try:
+            async for batch in cast(faust.Stream[bytes], stream).take_events(
+                batch_size, within=within
+            ):
+                created = [e for e in decode_all(codec, batch) if isinstance(e, MemoryCreated)]
+                if not created:
+                    continue
+                texts = [e.body.text for e in created]
+                vectors = await retry_in_place(
+                    lambda texts=texts: off_loop(  # type: ignore[misc]
+                        embed_pool, lambda: embedder.embed_passages(texts)
+                    ),
+                    what="embed memories",
+                )
+                records = [
+                    Record(
+                        e.agent_id.encode(), codec.encode(embedded_event(e, embedder, v)), millis(e)
+                    )
+                    for e, v in zip(created, vectors, strict=True)
+                ]
+                await retry_in_place(
+                    lambda records=records: writer.send(topic_name, records),  # type: ignore[misc]
+                    what="publish embeddings",
+                )
+        finally:
+            await writer.stop()
+
+    @app.agent(memory_topic, name="engram.vectors")
+    async def project(stream: faust.StreamT[bytes]) -> None:
+        async for batch in cast(faust.Stream[bytes], stream).take_events(batch_size, within=within):
+            ops = operations(decode_all(codec, batch), embedder.name)
+            if ops:
+                await retry_in_place(
+                    lambda ops=ops: off_loop(  # type: ignore[misc]
+                        store_pool, lambda: apply_operations(index, ops)
+                    ),
+                    what="project vectors",
+                )
+
+    _ = (embed, project)
