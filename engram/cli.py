@@ -174,6 +174,9 @@ def recall(
     ] = None,
     min_importance: Annotated[float | None, typer.Option(min=1, max=10)] = None,
     forgotten: Annotated[bool, typer.Option(help="Include forgotten memories.")] = False,
+    record: Annotated[
+        bool, typer.Option(help="Record the recall (memory.recalled), which reinforces.")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Recall an agent's memories (hybrid, retention weighted); the recall reinforces them.
@@ -192,6 +195,7 @@ def recall(
                 layers=layer,
                 min_importance=min_importance,
                 include_forgotten=forgotten,
+                record=record,
             )
     except EngramError as error:
         raise fail(str(error)) from None

@@ -143,10 +143,12 @@ class Memory:
         min_importance: float | None = None,
         weights: Mapping[str, float] | None = None,
         include_forgotten: bool = False,
+        record: bool = True,
     ) -> RecallResult:
         """The ``k`` best memories of ``agent_id`` for ``query`` (hybrid, retention
         weighted); the recall is recorded as ``memory.recalled``, which reinforces
-        what it returned. Raises :class:`RequestFailed` with the server's reason."""
+        what it returned (``record=False`` peeks: nothing recorded, nothing
+        reinforced). Raises :class:`RequestFailed` with the server's reason."""
         request: dict[str, Any] = {"query": query, "agent_id": agent_id, "k": k}
         optional = {
             "user_id": user_id,
@@ -158,6 +160,8 @@ class Memory:
         request.update({key: value for key, value in optional.items() if value is not None})
         if include_forgotten:
             request["include_forgotten"] = True
+        if not record:
+            request["record"] = False
         answer = await self._call("POST", "/v1/recall", json=request)
         return RecallResult.model_validate(answer)
 

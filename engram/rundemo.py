@@ -116,3 +116,33 @@ def run_demo(settings: Settings, console: Console, *, timeout: float) -> None:
         elapsed = time.monotonic() - started
         console.print(f"all {len(events)} events are in ClickHouse ({elapsed:.1f}s after publish)")
         console.print(summary_table(up["http"]))
+        with Memory(http=up["http"], settings=settings) as memory:
+            console.print(recall_table(memory, timeout))
+
+
+RECALLS = (
+    ("travel-agent", "what does the traveller eat?"),
+    ("travel-agent", "她什么时候飞日本？"),
+    ("assistant-zh", "what should be served at the meeting instead of coffee?"),
+    ("coding-agent", "why did the payment test fail?"),
+)
+"""Demo questions, some across languages: each agent's memory answers its own."""
+
+
+def recall_table(memory: Memory, timeout: float) -> Table:
+    """Recall each demo question (waiting until the agent's memories are embedded). The
+    demo peeks (``record=False``): running it twice still adds nothing to the log."""
+    table = Table(title="engram demo: recall (hybrid, retention weighted)")
+    for column in ("agent", "question", "best memory", "score", "R"):
+        table.add_column(column)
+    for agent, question in RECALLS:
+        deadline = time.monotonic() + timeout
+        found = memory.recall(question, agent_id=agent, k=1, record=False).memories
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.3)
+            found = memory.recall(question, agent_id=agent, k=1, record=False).memories
+        if not found:
+            raise TimeoutError(f"after {timeout:.0f}s {agent} has no recallable memory")
+        best = found[0]
+        table.add_row(agent, question, best.text, f"{best.score:.3f}", f"{best.retention:.2f}")
+    return table

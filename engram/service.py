@@ -46,6 +46,8 @@ class RecallRequest(BaseModel):
     min_importance: Annotated[float, Field(ge=1, le=10)] | None = None
     weights: RecallWeights | None = None
     include_forgotten: bool = False
+    record: bool = True
+    """False peeks: nothing is published and nothing is reinforced (for inspection)."""
 
 
 class Problem(BaseModel):
@@ -91,6 +93,13 @@ class MemoryService:
 
         loop = asyncio.get_running_loop()
         memories = await loop.run_in_executor(self._recall_thread, run)
+        if not request.record:
+            return RecallResult(
+                query=request.query,
+                agent_id=request.agent_id,
+                user_id=request.user_id,
+                memories=memories,
+            )
         event = recalled_event(
             request.query,
             request.agent_id,

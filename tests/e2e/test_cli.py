@@ -58,6 +58,9 @@ def test_demo_exits_zero_and_prints_its_table(
         assert agent in out
     assert f"all {DEMO_COUNT} events are in ClickHouse" in out
     assert "把这个发给张经理" in out, "the last working memory of the Chinese agent is shown"
+    assert "engram demo: recall" in out
+    assert "vegetarian" in out, "the traveller's diet is recalled"
+    assert "绿茶" in out, "an English question finds the Chinese memory"
 
 
 def test_restart_restores_the_log_and_continues_the_sequence(restarted: Stack) -> None:

@@ -34,3 +34,21 @@ def test_readme_python_example_publishes(stack: Stack, monkeypatch: pytest.Monke
         60,
         "the README's events in ClickHouse",
     )
+
+
+def test_readme_recall_example_finds_the_memory(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) >= 2, "the README has a publish and a recall example"
+    monkeypatch.setenv("ENGRAM_HOME", str(stack.home))
+    monkeypatch.setenv("ENGRAM_KAFKA_BOOTSTRAP", stack.bootstrap)
+    exec(compile(blocks[0], "README.md", "exec"), {})
+
+    def recalled() -> str | None:
+        exec(compile(blocks[1], "README.md", "exec"), {})
+        out = capsys.readouterr().out
+        return out if "peanuts" in out else None
+
+    out = wait_until(recalled, 60, "the README's recall to find the peanut allergy")
+    assert "Remember: I am allergic to peanuts." in out
