@@ -7,6 +7,7 @@ published."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,9 +19,27 @@ from engram.errors import RequestFailed
 from engram.events import make_event
 from engram.results import RecallResult
 from schemas import Event
-from tests.support import Stack, wait_until
+from tests.support import Stack, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", params=["edge", "local"])
+def recall_stack(
+    request: pytest.FixtureRequest, stack: Stack, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """The session stack (Qdrant Edge, the default), and a stack of its own on
+    qdrant-client's local mode: every test runs on both vector stores."""
+    if request.param == "edge":
+        yield stack
+        return
+    home = tmp_path_factory.mktemp("recall-local")
+    local = start_stack(home, ENGRAM_QDRANT_URL=f"local://{home / 'qdrant'}")
+    try:
+        yield local
+    finally:
+        assert local.stop() == 0
+
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -86,8 +105,9 @@ def recall(stack: Stack, query: str, agent: str, **options: Any) -> RecallResult
 
 
 @pytest.fixture(scope="module")
-def agent(stack: Stack) -> str:
+def agent(recall_stack: Stack) -> str:
     """A fresh agent with four important memories, recallable."""
+    stack = recall_stack
     name = f"recall-{uuid.uuid4().hex[:8]}"
     with Memory(bootstrap=stack.bootstrap) as memory:
         memory.publish_many(history_of(name))
@@ -112,17 +132,22 @@ def texts(result: RecallResult, top: int) -> list[str]:
         ("用户喜欢什么体育活动", "游泳"),
     ],
 )
-def test_paraphrases_find_the_memory(stack: Stack, agent: str, query: str, expected: str) -> None:
+def test_paraphrases_find_the_memory(
+    recall_stack: Stack, agent: str, query: str, expected: str
+) -> None:
+    stack = recall_stack
     found = texts(recall(stack, query, agent, k=3), 3)
     assert any(expected in text for text in found), found
 
 
-def test_cross_lingual_query_finds_the_chinese_memory(stack: Stack, agent: str) -> None:
+def test_cross_lingual_query_finds_the_chinese_memory(recall_stack: Stack, agent: str) -> None:
+    stack = recall_stack
     found = texts(recall(stack, "business trip to Tokyo next month", agent, k=3), 3)
     assert any("东京" in text for text in found), found
 
 
-def test_scores_are_explained_and_ordered(stack: Stack, agent: str) -> None:
+def test_scores_are_explained_and_ordered(recall_stack: Stack, agent: str) -> None:
+    stack = recall_stack
     result = recall(stack, "peanut allergy", agent, k=10)
     scores = [m.score for m in result.memories]
     assert scores == sorted(scores, reverse=True)
@@ -133,7 +158,8 @@ def test_scores_are_explained_and_ordered(stack: Stack, agent: str) -> None:
     assert result.event_id is not None
 
 
-def test_no_request_reads_another_agents_memories(stack: Stack, agent: str) -> None:
+def test_no_request_reads_another_agents_memories(recall_stack: Stack, agent: str) -> None:
+    stack = recall_stack
     for other in ("", "*", f"{agent} ", agent.upper(), f"{agent}' OR 1=1 --", "x" * 256):
         try:
             result = recall(stack, "peanut allergy", other, k=10)
@@ -150,24 +176,24 @@ def test_no_request_reads_another_agents_memories(stack: Stack, agent: str) -> N
     assert response.status_code == 422  # no raw filters: unknown fields are refused
 
 
-def test_a_recall_reinforces_what_it_returned(stack: Stack, agent: str) -> None:
+def test_a_recall_reinforces_what_it_returned(recall_stack: Stack, agent: str) -> None:
+    stack = recall_stack
     result = recall(stack, "Emma school Berlin", agent, k=1)
     memory_id = result.memories[0].memory_id
     before = result.memories[0].reinforcements
-    wait_until(
-        lambda: (
-            stack.scalar(
-                "SELECT count() FROM memory_changes FINAL WHERE agent_id = {a:String}"
-                " AND type = 'memory.reinforced' AND memory_id = {m:String}",
-                a=agent,
-                m=memory_id,
-            )
-            >= before + 1
-        ),
-        60,
-        "the recall's reinforcement in the history",
-    )
     strength_before = result.memories[0].strength
+
+    def in_history() -> tuple[int, float] | None:
+        rows = stack.rows(
+            "SELECT reinforcements, strength FROM memories"
+            " WHERE agent_id = {a:String} AND memory_id = {m:String}",
+            a=agent,
+            m=memory_id,
+        )
+        return rows[0] if rows and rows[0][0] > before else None
+
+    reinforcements, strength = wait_until(in_history, 60, "the recall's reinforcement in history")
+    assert reinforcements >= before + 1 and strength > strength_before
     again = wait_until(
         lambda: next(
             (
@@ -183,7 +209,8 @@ def test_a_recall_reinforces_what_it_returned(stack: Stack, agent: str) -> None:
     assert again.strength > strength_before
 
 
-def test_forgotten_memories_leave_recall_and_stay_in_history(stack: Stack) -> None:
+def test_forgotten_memories_leave_recall_and_stay_in_history(recall_stack: Stack) -> None:
+    stack = recall_stack
     name = f"forget-{uuid.uuid4().hex[:8]}"
     with Memory(bootstrap=stack.bootstrap) as memory:
         memory.publish_many(history_of(name))
@@ -221,7 +248,8 @@ def test_forgotten_memories_leave_recall_and_stay_in_history(stack: Stack) -> No
     assert total >= 1 and forgotten == total
 
 
-def test_the_snapshot_holds_what_was_published(stack: Stack) -> None:
+def test_the_snapshot_holds_what_was_published(recall_stack: Stack) -> None:
+    stack = recall_stack
     agent = f"snap-{uuid.uuid4().hex[:8]}"
     published = history_of(agent)
     with Memory(bootstrap=stack.bootstrap) as memory:
