@@ -14,7 +14,14 @@ class TopicSpec:
     config: dict[str, str]
 
 
-KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
+KEEP_FOREVER = {
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+    "cleanup.policy": "delete",
+    # The record timestamp is the event's occurred_at, the agent's clock: Kafka 4 refuses
+    # records more than an hour ahead of the broker's clock by default; the log must not.
+    "message.timestamp.after.max.ms": str(2**63 - 1),
+}
 
 
 def pipeline_topics(events: str, memory: str, dlq: str, partitions: int) -> list[TopicSpec]:

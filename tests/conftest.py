@@ -1,4 +1,9 @@
-"""Fixtures that start real components: the Tansu broker and ``engram up``."""
+"""Fixtures that start real components: the session's broker and ``engram up``.
+
+``ENGRAM_TEST_BROKER`` picks the broker: ``tansu`` (the default, the embedded one) or
+``kafka`` (Apache Kafka from Maven Central jars, ``ops.kafka``). Asking for ``kafka``
+on a machine without Java >= 17 or Maven is a usage error, not a skip.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import pytest
 from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
+from ops.kafka import ApacheKafka, available
 from tests.support import Stack, start_stack
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
@@ -17,26 +23,72 @@ settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-
-@pytest.fixture(scope="session")
-def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Tansu broker on a free port for the whole session; yields its address."""
-    log = tmp_path_factory.mktemp("tansu") / "broker.log"
-    with EmbeddedBroker(log_path=log) as broker:
-        yield broker.bootstrap
+TEST_BROKERS = ("tansu", "kafka")
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory, tansu: str) -> Iterator[Stack]:
-    """``engram up`` against the session broker, chdb in a temp home."""
-    home: Path = tmp_path_factory.mktemp("engram-home")
-    running = start_stack(
-        home,
-        ENGRAM_KAFKA_BOOTSTRAP=tansu,
-        ENGRAM_SESSION_TIMEOUT_S="6",
-        ENGRAM_REBALANCE_TIMEOUT_S="2",
-        ENGRAM_TICK_INTERVAL_S="0",  # tests publish their ticks: counts stay exact
+def broker_kind() -> str:
+    """The broker the session runs on: ``$ENGRAM_TEST_BROKER``, ``tansu`` by default."""
+    return os.environ.get("ENGRAM_TEST_BROKER") or "tansu"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "broker: runs on the session broker (set on every test using `broker`)"
     )
+    kind = broker_kind()
+    if kind not in TEST_BROKERS:
+        known = ", ".join(TEST_BROKERS)
+        raise pytest.UsageError(f"ENGRAM_TEST_BROKER={kind!r}: use one of {known}")
+    reason = available() if kind == "kafka" else None
+    if reason is not None:
+        raise pytest.UsageError(f"ENGRAM_TEST_BROKER=kafka, but {reason}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need the session broker, directly or through ``stack``:
+    ``-m broker`` runs only what changes with ``ENGRAM_TEST_BROKER``."""
+    for item in items:
+        if "broker" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.broker)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"broker: {broker_kind()} (ENGRAM_TEST_BROKER)"
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The session's broker on a free port (see ``ENGRAM_TEST_BROKER``); yields its address."""
+    if broker_kind() == "kafka":
+        directory = tmp_path_factory.mktemp("kafka")
+        with ApacheKafka(directory) as kafka:  # Kafka defaults: the topics carry their settings
+            yield kafka.bootstrap
+        return
+    log = tmp_path_factory.mktemp("tansu") / "broker.log"
+    with EmbeddedBroker(log_path=log) as tansu:
+        yield tansu.bootstrap
+
+
+@pytest.fixture(scope="session")
+def tansu(broker: str) -> str:
+    """The former name of :func:`broker`: the session's broker, Tansu or not."""
+    return broker
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, broker: str) -> Iterator[Stack]:
+    """``engram up`` against the session broker, chdb in a temp home. On Tansu the group
+    timeouts are the short ones ``engram up`` gives its embedded broker; on Apache
+    Kafka they are faust's, as in production."""
+    home: Path = tmp_path_factory.mktemp("engram-home")
+    env = {
+        "ENGRAM_KAFKA_BOOTSTRAP": broker,
+        "ENGRAM_TICK_INTERVAL_S": "0",  # tests publish their ticks: counts stay exact
+    }
+    if broker_kind() == "tansu":
+        env |= {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
+    running = start_stack(home, 90.0, **env)
     yield running
     code = running.stop()
     assert code == 0, f"engram up exited with {code}"

