@@ -14,6 +14,7 @@ from uuid import uuid5
 
 from pydantic import Field
 
+from processors.build import fields, trusted, updated
 from processors.ids import ENGRAM_NAMESPACE
 from processors.memories import NewMemory
 from processors.scoring import Scores, ScoringParams, aggregate
@@ -58,6 +59,14 @@ class Consolidation:
         self.windows = {(w.user_id or "", w.start): w for w in state.windows}
         self.params = params
         self.scoring = scoring
+        self.size = timedelta(seconds=params.window_s)
+        self.first_end = self._first_end()
+
+    def _first_end(self) -> datetime | None:
+        """When the earliest open window ends (None: no window is open)."""
+        if not self.windows:
+            return None
+        return min(w.start for w in self.windows.values()) + self.size
 
     def window_start(self, at: datetime) -> datetime:
         size = self.params.window_s
@@ -68,19 +77,28 @@ class Consolidation:
         start = self.window_start(episode.ended_at)
         key = (user_id or "", start)
         window = self.windows.get(key) or Window(user_id=user_id, start=start)
-        entry = WindowEpisode(
-            episode_id=episode.episode_id,
-            summary=episode.summary,
-            importance=episode.importance,
-            sentiment=episode.sentiment,
-            confidence=episode.confidence,
-            entities=episode.entities,
+        entry = trusted(
+            WindowEpisode,
+            {
+                "episode_id": episode.episode_id,
+                "summary": episode.summary,
+                "importance": episode.importance,
+                "sentiment": episode.sentiment,
+                "confidence": episode.confidence,
+                "entities": episode.entities,
+            },
+            _ENTRY_GIVEN,
         )
-        self.windows[key] = window.model_copy(update={"episodes": [*window.episodes, entry]})
+        self.windows[key] = updated(window, {"episodes": [*window.episodes, entry]})
+        end = start + self.size
+        if self.first_end is None or end < self.first_end:
+            self.first_end = end
 
     def due(self, agent_id: str, at: datetime) -> list[NewMemory]:
         """Consolidate every window that ended at or before ``at``."""
-        size = timedelta(seconds=self.params.window_s)
+        if self.first_end is None or self.first_end > at:
+            return []
+        size = self.size
         out = []
         for key in sorted(self.windows):
             window = self.windows[key]
@@ -89,6 +107,7 @@ class Consolidation:
             del self.windows[key]
             if len(window.episodes) >= self.params.min_episodes:
                 out.append(self._memory(agent_id, window, window.start + size))
+        self.first_end = self._first_end()
         return out
 
     def _memory(self, agent_id: str, window: Window, end: datetime) -> NewMemory:
@@ -118,3 +137,6 @@ class Consolidation:
 
     def state(self) -> ConsolidationState:
         return ConsolidationState(windows=[self.windows[k] for k in sorted(self.windows)])
+
+
+_ENTRY_GIVEN = fields(WindowEpisode.model_fields)

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
-from uuid import UUID, uuid5
+from typing import Annotated, Any, Final, Literal
+from uuid import UUID
 
 from pydantic import Field
 
-from processors.ids import ENGRAM_NAMESPACE
+from processors.build import fields, trusted
+from processors.ids import uuid5_str
 from processors.memories import NewMemory
-from processors.scoring import Scores, ScoringParams, aggregate, analyse_turn
+from processors.scoring import (
+    DEFAULT_PARAMS,
+    ScoringParams,
+    aggregate_values,
+    analyse_turn,
+    analysis,
+)
 from processors.summary import SUMMARISER_NAME, summarise
 from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, Model, SessionEnded
 from schemas.base import UtcMillis
@@ -56,9 +63,46 @@ class EpisodesState(Model):
     previous_episode_id: str | None = None
 
 
+Said = tuple[str, str, str, datetime, float, float, float, tuple[str, ...]]
+"""An open episode's turn as the fold keeps it: an :class:`EpisodeTurn`'s fields, in
+order, in a plain tuple (``entities`` a tuple too). The cyclic garbage collector stops
+scanning a tuple of immutable values once it has seen it, while it scans a model at
+every full collection, and open episodes hold many turns. Read by the indices below."""
+EVENT_ID: Final = 0
+ROLE: Final = 1
+CONTENT: Final = 2
+AT: Final = 3
+IMPORTANCE: Final = 4
+SENTIMENT: Final = 5
+CONFIDENCE: Final = 6
+ENTITIES: Final = 7
+
+
+def said(turn: EpisodeTurn) -> Said:
+    """The fold's tuple of an :class:`EpisodeTurn`."""
+    values = turn.__dict__
+    return (
+        values["event_id"],
+        values["role"],
+        values["content"],
+        values["at"],
+        values["importance"],
+        values["sentiment"],
+        values["confidence"],
+        tuple(values["entities"]),
+    )
+
+
+def episode_turn(turn: Said) -> EpisodeTurn:
+    """The :class:`EpisodeTurn` of one of the fold's tuples (see :data:`Said`)."""
+    values = dict(zip(_TURN_FIELDS, turn, strict=True))
+    values["entities"] = list(turn[ENTITIES])
+    return trusted(EpisodeTurn, values, _TURN_GIVEN)
+
+
 def memory_id_of(kind: str, source: str) -> str:
     """The deterministic id of the memory a source (an event or episode) makes."""
-    return str(uuid5(ENGRAM_NAMESPACE, f"{kind}:{source}"))
+    return uuid5_str(f"{kind}:{source}")
 
 
 @dataclass(frozen=True)
@@ -69,82 +113,133 @@ class EpisodeOutput:
     memories: list[NewMemory]
 
 
+NOTHING: tuple[list[EpisodeBody], list[NewMemory]] = ([], [])
+"""What most events make: no closed episode, no memory (never mutated)."""
+
+
 class Episodes:
     def __init__(self, state: EpisodesState, params: EpisodeParams, scoring: ScoringParams) -> None:
-        self.open = {o.session_id: o.model_copy(deep=True) for o in state.open}
+        self.open = {o.session_id: _Open(o) for o in state.open}
         self.previous = state.previous_episode_id
         self.params = params
         self.scoring = scoring
+        self.gap = timedelta(seconds=params.idle_gap_s)
+        self.single = params.single_turn_importance
+        self.max_turns = params.max_turns
 
     def apply(self, event: Event) -> EpisodeOutput:
+        closed, memories = self.step(event)
+        return EpisodeOutput(list(closed), list(memories))
+
+    def step(
+        self, event: Event, name: str | None = None
+    ) -> tuple[list[EpisodeBody], list[NewMemory]]:
+        """:meth:`apply`, as ``(closed, memories)``; ``name`` is ``str(event.event_id)``,
+        when known. The lists returned must not be changed."""
+        if not isinstance(event, InteractionRecorded):
+            return self._other(event)
+        fields = event.__dict__  # see processors.build: reading fields
+        sid = fields["session_id"]
+        if sid is None:
+            return NOTHING
         closed: list[EpisodeBody] = []
         memories: list[NewMemory] = []
+        at = fields["occurred_at"]
+        current = self.open.get(sid)
+        if current is not None and (turns := current.turns) and at - turns[-1][AT] > self.gap:
+            self._close(sid, "idle_gap", closed, memories)  # the idle gap: see _idle
+            current = None
+        turn = self._turn(event, name, fields)
+        if current is None:
+            current = self.open[sid] = _Open.new(sid, fields["user_id"])
+        current.turns.append(turn)
+        if turn[IMPORTANCE] >= self.single:
+            memories.append(self._turn_memory(turn, fields["user_id"], sid))
+        if len(current.turns) >= self.max_turns:
+            self._close(sid, "turn_count", closed, memories)
+        if closed or memories:
+            return closed, memories
+        return NOTHING
+
+    def _other(self, event: Event) -> tuple[list[EpisodeBody], list[NewMemory]]:
+        """:meth:`step` for every event but a turn: a tick or a session's end may cut."""
         if isinstance(event, ClockTicked):
+            if not self.open:
+                return NOTHING
+            closed: list[EpisodeBody] = []
+            memories: list[NewMemory] = []
             for idle in sorted(self.open):
                 if self._idle(self.open[idle], event.occurred_at):
                     self._close(idle, "idle_gap", closed, memories)
-            return EpisodeOutput(closed, memories)
+            return closed, memories
         sid = event.session_id
-        if sid is None:
-            return EpisodeOutput(closed, memories)
-        if isinstance(event, SessionEnded):
-            if sid in self.open:
-                self._close(sid, "session_ended", closed, memories)
-            return EpisodeOutput(closed, memories)
-        if not isinstance(event, InteractionRecorded):
-            return EpisodeOutput(closed, memories)
-        current = self.open.get(sid)
-        if current is not None and self._idle(current, event.occurred_at):
-            self._close(sid, "idle_gap", closed, memories)
-        turn = self._turn(event)
-        episode = self.open.setdefault(sid, OpenEpisode(session_id=sid, user_id=event.user_id))
-        episode.turns.append(turn)
-        if turn.importance >= self.params.single_turn_importance:
-            memories.append(self._turn_memory(turn, event.user_id, sid))
-        if len(episode.turns) >= self.params.max_turns:
-            self._close(sid, "turn_count", closed, memories)
-        return EpisodeOutput(closed, memories)
+        if sid is None or not isinstance(event, SessionEnded) or sid not in self.open:
+            return NOTHING
+        closed, memories = [], []
+        self._close(sid, "session_ended", closed, memories)
+        return closed, memories
 
-    def _idle(self, episode: OpenEpisode, at: datetime) -> bool:
-        gap = timedelta(seconds=self.params.idle_gap_s)
-        return bool(episode.turns) and at - episode.turns[-1].at > gap
+    def _idle(self, episode: _Open, at: datetime) -> bool:
+        turns = episode.turns
+        return bool(turns) and at - turns[-1][AT] > self.gap
 
-    def _turn(self, event: InteractionRecorded) -> EpisodeTurn:
-        body = event.body
-        scores, found = analyse_turn(
-            body.content,
-            importance=body.importance,
-            sentiment=body.sentiment,
-            confidence=body.confidence,
-            params=self.scoring,
+    def _turn(
+        self,
+        event: InteractionRecorded,
+        name: str | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> Said:
+        """The episode's record of a turn; ``fields`` is the event's ``__dict__``."""
+        if fields is None:
+            fields = event.__dict__
+        body = fields["body"].__dict__  # see processors.build: reading fields
+        content = body["content"]
+        importance, sentiment, confidence = (
+            body["importance"],
+            body["sentiment"],
+            body["confidence"],
         )
-        entities = list(dict.fromkeys([*body.entities, *found]))[:10]
-        return EpisodeTurn(
-            event_id=str(event.event_id),
-            role=body.role,
-            content=body.content,
-            at=event.occurred_at,
-            importance=scores.importance,
-            sentiment=scores.sentiment,
-            confidence=scores.confidence,
-            entities=entities,
+        found: tuple[str, ...] | list[str]
+        if importance is None and sentiment is None and confidence is None:
+            scores, found = analysis(content, self.scoring)  # analyse_turn's common case
+        else:
+            scores, found = analyse_turn(
+                content,
+                importance=importance,
+                sentiment=sentiment,
+                confidence=confidence,
+                params=self.scoring,
+            )
+        given = body["entities"]
+        # found: at most 10 entities, without repeats (extract_entities' contract)
+        entities = tuple(dict.fromkeys([*given, *found]))[:10] if given else tuple(found)
+        return (
+            str(fields["event_id"]) if name is None else name,
+            body["role"],
+            content,
+            fields["occurred_at"],
+            scores.importance,
+            scores.sentiment,
+            scores.confidence,
+            entities,
         )
 
     @staticmethod
-    def _turn_memory(turn: EpisodeTurn, user_id: str | None, session_id: str) -> NewMemory:
-        return NewMemory(
-            memory_id=memory_id_of("turn", turn.event_id),
-            layer="L2",
-            kind="turn",
-            text=turn.content,
-            importance=turn.importance,
-            sentiment=turn.sentiment,
-            confidence=turn.confidence,
-            entities=turn.entities,
-            sources=[turn.event_id],
-            at=turn.at,
-            user_id=user_id,
-            session_id=session_id,
+    def _turn_memory(turn: Said, user_id: str | None, session_id: str) -> NewMemory:
+        source = turn[EVENT_ID]
+        return NewMemory(  # positional (in field order): the faster call
+            memory_id_of("turn", source),  # memory_id
+            "L2",  # layer
+            "turn",  # kind
+            turn[CONTENT],  # text
+            turn[IMPORTANCE],
+            turn[SENTIMENT],
+            turn[CONFIDENCE],
+            list(turn[ENTITIES]),
+            [source],  # sources
+            turn[AT],
+            user_id,
+            session_id,
         )
 
     def _close(
@@ -154,29 +249,38 @@ class Episodes:
         if not episode.turns:
             return
         turns = episode.turns
-        scores = aggregate([Scores(t.importance, t.sentiment, t.confidence) for t in turns])
-        episode_id = str(uuid5(ENGRAM_NAMESPACE, f"episode:{UUID(turns[0].event_id)}"))
-        entities = list(dict.fromkeys(e for t in turns for e in t.entities))[:20]
-        sources = [t.event_id for t in turns]
+        importance, sentiment, confidence = aggregate_values(
+            [t[IMPORTANCE] for t in turns],
+            [t[SENTIMENT] for t in turns],
+            [t[CONFIDENCE] for t in turns],
+            DEFAULT_PARAMS,
+        )
+        episode_id = uuid5_str(f"episode:{UUID(turns[0][EVENT_ID])}")
+        entities = list(dict.fromkeys(e for t in turns for e in t[ENTITIES]))[:20]
+        sources = [t[EVENT_ID] for t in turns]
         summary = summarise(
-            [(t.role, t.content) for t in turns],
+            [(t[ROLE], t[CONTENT]) for t in turns],
             max_chars=self.params.summary_chars,
             params=self.scoring,
         )
-        body = EpisodeBody(
-            episode_id=episode_id,
-            summary=summary,
-            importance=scores.importance,
-            sentiment=scores.sentiment,
-            confidence=scores.confidence,
-            entities=entities,
-            turn_count=len(turns),
-            started_at=turns[0].at,
-            ended_at=turns[-1].at,
-            previous_episode_id=self.previous,
-            cut=cut,
-            sources=sources,
-            summariser=SUMMARISER_NAME,
+        body = trusted(
+            EpisodeBody,
+            {
+                "episode_id": episode_id,
+                "summary": summary,
+                "importance": importance,
+                "sentiment": sentiment,
+                "confidence": confidence,
+                "entities": entities,
+                "turn_count": len(turns),
+                "started_at": turns[0][AT],
+                "ended_at": turns[-1][AT],
+                "previous_episode_id": self.previous,
+                "cut": cut,
+                "sources": sources,
+                "summariser": SUMMARISER_NAME,
+            },
+            _BODY_GIVEN,
         )
         self.previous = episode_id
         closed.append(body)
@@ -186,12 +290,12 @@ class Episodes:
                 layer="L2",
                 kind="episode",
                 text=summary,
-                importance=scores.importance,
-                sentiment=scores.sentiment,
-                confidence=scores.confidence,
+                importance=importance,
+                sentiment=sentiment,
+                confidence=confidence,
                 entities=entities,
                 sources=sources,
-                at=turns[-1].at,
+                at=turns[-1][AT],
                 user_id=episode.user_id,
                 session_id=episode.session_id,
             )
@@ -199,5 +303,34 @@ class Episodes:
 
     def state(self) -> EpisodesState:
         return EpisodesState(
-            open=[self.open[k] for k in sorted(self.open)], previous_episode_id=self.previous
+            open=[self.open[k].state() for k in sorted(self.open)],
+            previous_episode_id=self.previous,
         )
+
+
+class _Open:
+    """An open episode, as the fold keeps it (its turns grow in place)."""
+
+    __slots__ = ("session_id", "turns", "user_id")
+
+    def __init__(self, state: OpenEpisode) -> None:
+        self.session_id = state.session_id
+        self.user_id = state.user_id
+        self.turns: list[Said] = [said(turn) for turn in state.turns]
+
+    @classmethod
+    def new(cls, session_id: str, user_id: str | None) -> _Open:
+        made = cls.__new__(cls)
+        made.session_id = session_id
+        made.user_id = user_id
+        made.turns = []
+        return made
+
+    def state(self) -> OpenEpisode:
+        turns = [episode_turn(turn) for turn in self.turns]
+        return OpenEpisode(session_id=self.session_id, user_id=self.user_id, turns=turns)
+
+
+_TURN_FIELDS = tuple(EpisodeTurn.model_fields)
+_TURN_GIVEN = fields(_TURN_FIELDS)
+_BODY_GIVEN = fields(EpisodeBody.model_fields)

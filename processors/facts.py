@@ -32,6 +32,7 @@ from bisect import bisect_right
 from datetime import datetime
 from uuid import UUID
 
+from processors.build import fields, trusted, updated
 from schemas import Event, FactAsserted, FactRetracted, FactSetBody, Model
 from schemas.base import Unit, UtcMillis
 
@@ -100,21 +101,15 @@ class Facts:
         if previous is not None and previous.value == body.value:
             return None
         start = self._close(versions, event.occurred_at)
-        versions.append(
-            FactVersion(
-                value=body.value,
-                valid_from=start,
-                asserted_by=event.event_id,
-                confidence=body.confidence,
-            )
-        )
-        return FactSetBody(
-            namespace=body.namespace,
-            key=body.key,
-            value=body.value,
-            valid_from=start,
-            previous_value=previous.value if previous else None,
-        )
+        version = {
+            "value": body.value,
+            "valid_from": start,
+            "valid_to": None,
+            "asserted_by": event.event_id,
+            "confidence": body.confidence,
+        }
+        versions.append(trusted(FactVersion, version, _VERSION_GIVEN))
+        return _set(body.namespace, body.key, body.value, start, previous)
 
     def _retract(self, event: FactRetracted) -> FactSetBody | None:
         body = event.body
@@ -123,20 +118,14 @@ class Facts:
         if previous is None:
             return None
         end = self._close(versions, event.occurred_at)
-        return FactSetBody(
-            namespace=body.namespace,
-            key=body.key,
-            value=None,
-            valid_from=end,
-            previous_value=previous.value,
-        )
+        return _set(body.namespace, body.key, None, end, previous)
 
     @staticmethod
     def _close(versions: list[FactVersion], at: datetime) -> datetime:
         """Close the current version, if any, at ``max(boundary, at)``; return that time."""
         moment = max(_boundary(versions) or at, at)
         if versions and versions[-1].valid_to is None:
-            versions[-1] = versions[-1].model_copy(update={"valid_to": moment})
+            versions[-1] = updated(versions[-1], {"valid_to": moment})
         return moment
 
     # -- queries ----------------------------------------------------------------------
@@ -172,6 +161,25 @@ class Facts:
                 if versions
             ]
         )
+
+
+_VERSION_GIVEN = fields({"value", "valid_from", "asserted_by", "confidence"})
+_SET_GIVEN = fields({"namespace", "key", "value", "valid_from", "previous_value"})
+
+
+def _set(
+    namespace: str, key: str, value: str | None, start: datetime, previous: FactVersion | None
+) -> FactSetBody:
+    """``fact.set``: ``key`` is ``value`` (None: retracted) from ``start`` on."""
+    values = {
+        "namespace": namespace,
+        "key": key,
+        "value": value,
+        "valid_from": start,
+        "previous_value": previous.value if previous else None,
+        "confidence": None,
+    }
+    return trusted(FactSetBody, values, _SET_GIVEN)
 
 
 def _current(versions: list[FactVersion]) -> FactVersion | None:

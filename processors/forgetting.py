@@ -31,13 +31,15 @@ Contract:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self, cast
 
 from fsrs import Card, Rating, Scheduler, State
 from pydantic import Field, model_validator
 
+from processors.build import fields, trusted, updated
 from schemas.base import INT64_MAX, Model, UtcMillis
 
 Curve = Literal["exponential", "fsrs"]
@@ -74,6 +76,7 @@ FSRS_NEUTRAL_IMPORTANCE = 5.0
 _FSRS_INITIAL_STABILITY = (0.001, 100.0)  # the bounds fsrs allows for weights 0..3
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY_SECONDS = 86_400.0
+_DAY_MS = 86_400_000
 
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
@@ -138,7 +141,7 @@ class ForgettingParams(Model):
     def _check(self) -> Self:
         if self.min_strength_days > self.max_strength_days:
             raise ValueError("min_strength_days must not exceed max_strength_days")
-        _scheduler(self)  # fsrs validates the weights (count and bounds)
+        _scheduler_of(self)  # fsrs validates the weights (count and bounds)
         return self
 
     @property
@@ -177,27 +180,55 @@ class Trace(Model):
 
 def new_trace(importance: float, at: datetime, params: ForgettingParams) -> Trace:
     """The trace of a memory created at ``at`` with ``importance`` (clamped to 1..10)."""
-    at = _instant(at)
+    if at.tzinfo is not UTC or at.microsecond % 1000:
+        at = _instant(at)
     level = min(max(importance, 1.0), 10.0)
     if params.curve == "fsrs":
         initial = params.fsrs_weights[2] * params.importance_factor ** (
             level - FSRS_NEUTRAL_IMPORTANCE
         )
         low, high = _FSRS_INITIAL_STABILITY
-        scheduler = _creation_scheduler(params, min(max(initial, low), high))
-        blank = Card(card_id=_millis(at), state=State.Learning, step=0, due=at)
-        card, _ = scheduler.review_card(blank, Rating.Good, review_datetime=at)
-        stored = _stored(card)
-        return Trace(strength_days=_stability(stored), last_reinforced_at=at, card=stored)
+        stored = _first_review(params, min(max(initial, low), high)).card(at)
+        return _trace(_stability(stored), at, stored, _NEW_FSRS_GIVEN)
     strength = params.base_strength_days * params.importance_factor ** (level - 1.0)
-    return Trace(strength_days=_bounded(strength, params), last_reinforced_at=at)
+    values = {
+        "strength_days": min(max(strength, params.min_strength_days), params.max_strength_days),
+        "last_reinforced_at": at,
+        "reinforcements": 0,
+        "lapses": 0,
+        "invalidated": False,
+        "card": None,
+    }
+    return trusted(Trace, values, _NEW_GIVEN)  # _bounded(strength), inline
+
+
+_NEW_GIVEN = fields({"strength_days", "last_reinforced_at"})
+_NEW_FSRS_GIVEN = fields({"strength_days", "last_reinforced_at", "card"})
+
+
+def _trace(strength: float, at: datetime, card: FsrsCard | None, given: set[str]) -> Trace:
+    """A new trace (no reinforcement, no lapse) from values valid by construction."""
+    values = {
+        "strength_days": strength,
+        "last_reinforced_at": at,
+        "reinforcements": 0,
+        "lapses": 0,
+        "invalidated": False,
+        "card": card,
+    }
+    return trusted(Trace, values, given)
 
 
 def retention(trace: Trace, at: datetime, params: ForgettingParams) -> float:
     """R in [0, 1] at ``at``; 1.0 at (or before) the last review."""
     at = _instant(at)
     if params.curve == "fsrs":
-        value = _scheduler(params).get_card_retrievability(_card(trace), current_datetime=at)
+        # the scheduler reads only the card's last review and stability: the stored
+        # card has both, so no ``fsrs.Card`` is built for it
+        stored = trace.card
+        if stored is None:
+            _card(trace)  # raises
+        value = _scheduler(params).get_card_retrievability(cast(Card, stored), current_datetime=at)
     else:
         _no_card(trace)
         days = (at - trace.last_reinforced_at).total_seconds() / _DAY_SECONDS
@@ -211,11 +242,11 @@ def reinforce(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
     counted = {"last_reinforced_at": at, "reinforcements": trace.reinforcements + 1}
     if params.curve == "fsrs":
         card, _ = _scheduler(params).review_card(_card(trace), Rating.Good, review_datetime=at)
-        return _with_card(trace.model_copy(update=counted), card)
+        return _with_card(trace, counted, card)
     _no_card(trace)
     gain = (params.reinforce_factor - 1.0) * params.reinforce_damping**trace.reinforcements
     strength = _bounded(trace.strength_days * (1.0 + gain), params)
-    return trace.model_copy(update={**counted, "strength_days": strength})
+    return updated(trace, {**counted, "strength_days": strength})
 
 
 def weaken(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
@@ -228,10 +259,10 @@ def weaken(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
     }
     if params.curve == "fsrs":
         card, _ = _scheduler(params).review_card(_card(trace), Rating.Again, review_datetime=at)
-        return _with_card(trace.model_copy(update=counted), card)
+        return _with_card(trace, counted, card)
     _no_card(trace)
     strength = _bounded(trace.strength_days * params.weaken_factor, params)
-    return trace.model_copy(update={**counted, "strength_days": strength})
+    return updated(trace, {**counted, "strength_days": strength})
 
 
 def should_forget(trace: Trace, at: datetime, params: ForgettingParams, *, protected: bool) -> bool:
@@ -244,8 +275,49 @@ def should_forget(trace: Trace, at: datetime, params: ForgettingParams, *, prote
     return retention(trace, at, params) < params.forget_below
 
 
+def forget_from(trace: Trace, params: ForgettingParams) -> int | None:
+    """A lower bound, in epoch milliseconds, of the first instant at which
+    :func:`should_forget` (unprotected) may hold; None when it may hold at any time.
+
+    Before the bound the retention, rounded, is surely at or above the threshold, so a
+    sweep need not compute it: the bound leaves a margin of 2e-6 in retention, a
+    relative 1e-9 in time and a millisecond (a day for FSRS's whole days).
+    """
+    if trace.invalidated:
+        return None
+    try:
+        target = params.forget_below + 2e-6
+        if target >= 1.0:
+            return None
+        if params.curve == "fsrs":
+            card = trace.card
+            if card is None or card.last_review is None or card.stability is None:
+                return None
+            scheduler = _scheduler(params)
+            decay: float = getattr(scheduler, "_DECAY", 0.0)
+            factor: float = getattr(scheduler, "_FACTOR", 0.0)
+            if decay >= 0.0 or factor <= 0.0:
+                return None
+            safe_days = (float(target ** (1.0 / decay)) - 1.0) * card.stability / factor
+            whole = max(0, math.floor(safe_days * (1.0 - 1e-9)) - 1)
+            return _millis(card.last_review) + whole * _DAY_MS
+        if trace.card is not None:
+            return None
+        safe_days = trace.strength_days * math.log(1.0 / target) * (1.0 - 1e-9)
+        return _millis(trace.last_reinforced_at) + max(0, math.floor(safe_days * _DAY_MS) - 1)
+    except (ArithmeticError, ValueError):
+        return None
+
+
+def millis_of(at: datetime) -> int:
+    """``at`` (aware) in epoch milliseconds, as :func:`forget_from` counts them."""
+    return _millis(_instant(at))
+
+
 def _instant(at: datetime) -> datetime:
     """``at`` in UTC at millisecond precision; a naive datetime is an error."""
+    if at.tzinfo is UTC and not at.microsecond % 1000:
+        return at
     if at.tzinfo is None or at.utcoffset() is None:
         raise ValueError(f"forgetting needs an aware datetime, got {at!r}")
     at = at.astimezone(UTC)
@@ -253,7 +325,10 @@ def _instant(at: datetime) -> datetime:
 
 
 def _millis(at: datetime) -> int:
-    return (at - _EPOCH) // timedelta(milliseconds=1)
+    return (at - _EPOCH) // _MS
+
+
+_MS = timedelta(milliseconds=1)
 
 
 def _bounded(strength: float, params: ForgettingParams) -> float:
@@ -287,6 +362,18 @@ def _card(trace: Trace) -> Card:
 
 
 def _stored(card: Card) -> FsrsCard:
+    due, last = card.due, card.last_review
+    if _is_millis(due) and (last is None or _is_millis(last)):
+        values = {
+            "card_id": card.card_id,
+            "state": int(card.state),
+            "step": card.step,
+            "stability": card.stability,
+            "difficulty": card.difficulty,
+            "due": due,
+            "last_review": last,
+        }
+        return trusted(FsrsCard, values, _CARD_GIVEN)
     return FsrsCard(
         card_id=card.card_id,
         state=int(card.state),
@@ -298,21 +385,110 @@ def _stored(card: Card) -> FsrsCard:
     )
 
 
+_CARD_GIVEN = fields(FsrsCard.model_fields)
+
+
+def _is_millis(at: datetime) -> bool:
+    """Whether ``at`` is already what ``UtcMillis`` validation would make of it."""
+    return at.tzinfo is UTC and not at.microsecond % 1000
+
+
 def _stability(card: FsrsCard) -> float:
     if card.stability is None:  # fsrs sets it at the first review, which new_trace makes
         raise ValueError("an fsrs card without stability was never reviewed")
     return card.stability
 
 
-def _with_card(trace: Trace, card: Card) -> Trace:
+def _with_card(trace: Trace, counted: dict[str, Any], card: Card) -> Trace:
     stored = _stored(card)
-    return trace.model_copy(update={"card": stored, "strength_days": _stability(stored)})
+    return updated(trace, {**counted, "card": stored, "strength_days": _stability(stored)})
+
+
+def _scheduler(params: ForgettingParams) -> Scheduler:
+    """The deterministic scheduler: no fuzzing, no intra-day (re)learning steps."""
+    return _known(params).scheduler
 
 
 @lru_cache(maxsize=64)
-def _scheduler(params: ForgettingParams) -> Scheduler:
-    """The deterministic scheduler: no fuzzing, no intra-day (re)learning steps."""
+def _scheduler_of(params: ForgettingParams) -> Scheduler:
     return _build_scheduler(params, params.fsrs_weights)
+
+
+@dataclass(frozen=True)
+class _FirstReview:
+    """A new card's first review (``Good``) by a creation scheduler, up to its time.
+
+    The review of a blank learning card depends on the time only through ``due``
+    (the time plus a whole number of days) and ``last_review`` (the time), so it is
+    made once per initial stability and moved to each creation time.
+    """
+
+    state: int
+    step: int | None
+    stability: float | None
+    difficulty: float | None
+    interval: timedelta
+
+    def card(self, at: datetime) -> FsrsCard:
+        """The card of a memory created at ``at`` (UTC, milliseconds)."""
+        values = {
+            "card_id": _millis(at),
+            "state": self.state,
+            "step": self.step,
+            "stability": self.stability,
+            "difficulty": self.difficulty,
+            "due": at + self.interval,
+            "last_review": at,
+        }
+        return trusted(FsrsCard, values, _CARD_GIVEN)
+
+
+_REFERENCE = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _review_first(params: ForgettingParams, initial_stability: float) -> _FirstReview:
+    scheduler = _creation_scheduler(params, initial_stability)
+    blank = Card(card_id=_millis(_REFERENCE), state=State.Learning, step=0, due=_REFERENCE)
+    card, _ = scheduler.review_card(blank, Rating.Good, review_datetime=_REFERENCE)
+    if card.last_review != _REFERENCE or not _is_millis(card.due):
+        raise ValueError("fsrs reviewed a new card unlike fsrs 6")  # pragma: no cover
+    return _FirstReview(
+        int(card.state), card.step, card.stability, card.difficulty, card.due - _REFERENCE
+    )
+
+
+@dataclass
+class _Known:
+    """What is worked out once per parameter set (kept by identity, see :func:`_known`)."""
+
+    params: ForgettingParams
+    scheduler: Scheduler
+    first_reviews: dict[float, _FirstReview]
+
+
+_KNOWN: dict[int, _Known] = {}
+
+
+def _known(params: ForgettingParams) -> _Known:
+    """The scheduler and first reviews of ``params``, found by identity (hashing a
+    parameter set costs more than a review); the entry holds ``params``, so its id
+    is not reused while it is known."""
+    known = _KNOWN.get(id(params))
+    if known is None or known.params is not params:
+        if len(_KNOWN) >= 64:
+            _KNOWN.clear()
+        known = _KNOWN[id(params)] = _Known(params, _scheduler_of(params), {})
+    return known
+
+
+def _first_review(params: ForgettingParams, initial_stability: float) -> _FirstReview:
+    reviews = _known(params).first_reviews
+    review = reviews.get(initial_stability)
+    if review is None:
+        if len(reviews) >= 4096:
+            reviews.clear()
+        review = reviews[initial_stability] = _review_first(params, initial_stability)
+    return review
 
 
 @lru_cache(maxsize=256)
@@ -341,6 +517,8 @@ __all__ = [
     "ForgettingParams",
     "FsrsCard",
     "Trace",
+    "forget_from",
+    "millis_of",
     "new_trace",
     "reinforce",
     "retention",

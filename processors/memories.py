@@ -11,15 +11,17 @@ the threshold is forgotten (it leaves recall and the fold's state; history keeps
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import Field
 
+from processors.build import fields, trusted, updated
 from processors.forgetting import (
     ForgettingParams,
     Trace,
+    forget_from,
+    millis_of,
     new_trace,
     reinforce,
     retention,
@@ -66,9 +68,12 @@ class MemoryItem(Model):
     promoted: bool = False
 
 
-@dataclass(frozen=True)
-class NewMemory:
-    """A memory a processor wants created; the registry gives it a trace."""
+class NewMemory(NamedTuple):
+    """A memory a processor wants created; the registry gives it a trace.
+
+    Immutable; a named tuple rather than a frozen dataclass because one is made for
+    every important turn and every episode, and it is built several times faster.
+    """
 
     memory_id: str
     layer: Literal["L2", "L3"]
@@ -89,14 +94,33 @@ Change = tuple[type[DerivedEvent], Model]
 
 def promotion(new: NewMemory, reason: Literal["flashbulb", "abstraction"]) -> Change:
     """``memory.promoted`` from L2 to L3 for ``reason``, listing the memory's sources."""
-    body = PromotedBody(
-        memory_id=new.memory_id, from_layer="L2", to_layer="L3", reason=reason, sources=new.sources
-    )
-    return (MemoryPromoted, body)
+    values = {
+        "memory_id": new.memory_id,
+        "from_layer": "L2",
+        "to_layer": "L3",
+        "reason": reason,
+        "sources": new.sources,
+    }
+    return (MemoryPromoted, trusted(PromotedBody, values, _PROMOTED_GIVEN))
+
+
+_ALWAYS = -(2**63)
+"""A bound that every tick reaches: a memory that may be forgotten at any time."""
+_PROMOTED_GIVEN = fields(PromotedBody.model_fields)
+_ITEM_GIVEN = fields(MemoryItem.model_fields)
+_CREATED_GIVEN = fields(MemoryCreatedBody.model_fields)
+_STRENGTH_GIVEN = fields(StrengthChangeBody.model_fields)
+_FORGOTTEN_GIVEN = fields(ForgottenBody.model_fields)
 
 
 class Memories:
-    """The live L2/L3 memories of one agent (forgotten ones are dropped)."""
+    """The live L2/L3 memories of one agent (forgotten ones are dropped).
+
+    ``watch`` holds, for each memory a tick may forget (L2, not promoted), the epoch
+    millisecond before which it surely will not (:func:`forget_from`, worked out at
+    the first sweep that sees it: None until then), so that a sweep computes the
+    retention of those near their end only.
+    """
 
     def __init__(
         self, items: list[MemoryItem], forgetting: ForgettingParams, promotion: PromotionParams
@@ -104,47 +128,65 @@ class Memories:
         self.items = {item.memory_id: item for item in items}
         self.forgetting = forgetting
         self.promotion = promotion
+        self.flash_importance = promotion.flashbulb_importance
+        self.flash_sentiment = promotion.flashbulb_sentiment
+        self.watch: dict[str, int | None] = {}
+        for item in items:
+            self._watch(item)
+
+    def _watch(self, item: MemoryItem) -> None:
+        if item.layer == "L3" or item.promoted:
+            self.watch.pop(item.memory_id, None)
+        else:
+            self.watch[item.memory_id] = None
 
     def create(self, new: NewMemory) -> list[Change]:
         """``memory.created``, then ``memory.promoted`` if it is a flashbulb moment."""
-        if new.memory_id in self.items:
+        memory_id = new.memory_id
+        if memory_id in self.items:
             return []
-        trace = new_trace(new.importance, new.at, self.forgetting)
-        item = MemoryItem(
-            memory_id=new.memory_id,
-            layer=new.layer,
-            kind=new.kind,
-            importance=new.importance,
-            sentiment=new.sentiment,
-            user_id=new.user_id,
-            created_at=new.at,
-            trace=trace,
-            promoted=new.layer == "L3",
-        )
-        body = MemoryCreatedBody(
-            memory_id=new.memory_id,
-            layer=new.layer,
-            kind=new.kind,
-            text=new.text,
-            importance=new.importance,
-            sentiment=new.sentiment,
-            confidence=new.confidence,
-            entities=new.entities,
-            sources=new.sources,
-            strength=trace.strength_days,
-        )
-        changes: list[Change] = [(MemoryCreated, body)]
-        if new.kind == "semantic":
+        importance, sentiment = new.importance, new.sentiment
+        trace = new_trace(importance, new.at, self.forgetting)
+        layer, kind = new.layer, new.kind
+        created = {
+            "memory_id": memory_id,
+            "layer": layer,
+            "kind": kind,
+            "text": new.text,
+            "importance": importance,
+            "sentiment": sentiment,
+            "confidence": new.confidence,
+            "entities": new.entities,
+            "sources": new.sources,
+            "strength": trace.strength_days,
+        }
+        changes: list[Change] = [
+            (MemoryCreated, trusted(MemoryCreatedBody, created, _CREATED_GIVEN))
+        ]
+        promoted = layer == "L3"
+        if kind == "semantic":
             changes.append(promotion(new, "abstraction"))
-        elif new.layer == "L2" and self.is_flashbulb(new.importance, new.sentiment):
-            item = item.model_copy(update={"layer": "L3", "promoted": True})
+        elif layer == "L2" and self.is_flashbulb(importance, sentiment):
+            layer, promoted = "L3", True
             changes.append(promotion(new, "flashbulb"))
-        self.items[new.memory_id] = item
+        values = {
+            "memory_id": memory_id,
+            "layer": layer,
+            "kind": kind,
+            "importance": importance,
+            "sentiment": sentiment,
+            "user_id": new.user_id,
+            "created_at": new.at,
+            "trace": trace,
+            "promoted": promoted,
+        }
+        self.items[memory_id] = trusted(MemoryItem, values, _ITEM_GIVEN)
+        if not promoted:  # a tick may forget it: see ``watch``
+            self.watch[memory_id] = None
         return changes
 
     def is_flashbulb(self, importance: float, sentiment: float) -> bool:
-        bar = self.promotion
-        return importance > bar.flashbulb_importance and abs(sentiment) >= bar.flashbulb_sentiment
+        return importance > self.flash_importance and abs(sentiment) >= self.flash_sentiment
 
     def recalled(self, memory_ids: list[str], at: datetime, reason: str) -> list[Change]:
         """Reinforce each live memory among ``memory_ids`` once (duplicates ignored)."""
@@ -154,7 +196,7 @@ class Memories:
             if item is None:
                 continue
             trace = reinforce(item.trace, at, self.forgetting)
-            self.items[memory_id] = item.model_copy(update={"trace": trace})
+            self._replace(item, trace)
             changes.append((MemoryReinforced, self._strength(memory_id, trace, reason)))
         return changes
 
@@ -164,32 +206,51 @@ class Memories:
         if item is None:
             return []
         trace = weaken(item.trace, at, self.forgetting)
-        self.items[memory_id] = item.model_copy(update={"trace": trace})
+        self._replace(item, trace)
         return [(MemoryWeakened, self._strength(memory_id, trace, reason))]
+
+    def _replace(self, item: MemoryItem, trace: Trace) -> None:
+        new = updated(item, {"trace": trace})
+        self.items[item.memory_id] = new
+        self._watch(new)
 
     def sweep(self, at: datetime) -> list[Change]:
         """At a tick: forget every unprotected memory that fell below the threshold."""
+        if not self.watch:
+            return []
+        now = millis_of(at)
+        watch = self.watch
+        for memory_id, bound in watch.items():
+            if bound is None:
+                bound = forget_from(self.items[memory_id].trace, self.forgetting)
+                watch[memory_id] = _ALWAYS if bound is None else bound
+        near = [m for m, bound in watch.items() if bound is not None and bound <= now]
         changes: list[Change] = []
-        for memory_id in sorted(self.items):
+        for memory_id in sorted(near):
             item = self.items[memory_id]
             protected = item.layer == "L3" or item.promoted
             if should_forget(item.trace, at, self.forgetting, protected=protected):
                 value = retention(item.trace, at, self.forgetting)
-                changes.append(
-                    (MemoryForgotten, ForgottenBody(memory_id=memory_id, retention=value))
+                body = trusted(
+                    ForgottenBody,
+                    {"memory_id": memory_id, "retention": float(value)},
+                    _FORGOTTEN_GIVEN,
                 )
+                changes.append((MemoryForgotten, body))
                 del self.items[memory_id]
+                del self.watch[memory_id]
         return changes
 
     @staticmethod
     def _strength(memory_id: str, trace: Trace, reason: str) -> StrengthChangeBody:
-        return StrengthChangeBody(
-            memory_id=memory_id,
-            strength=trace.strength_days,
-            reinforcements=trace.reinforcements,
-            reason=reason,
-            invalidated=trace.invalidated,
-        )
+        values = {
+            "memory_id": memory_id,
+            "strength": trace.strength_days,
+            "reinforcements": trace.reinforcements,
+            "reason": reason,
+            "invalidated": trace.invalidated,
+        }
+        return trusted(StrengthChangeBody, values, _STRENGTH_GIVEN)
 
     def state(self) -> list[MemoryItem]:
         return [self.items[k] for k in sorted(self.items)]

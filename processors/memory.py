@@ -13,16 +13,20 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+from uuid import UUID
 
+from processors.build import fields, trusted
 from processors.config import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
 from processors.episodes import Episodes, EpisodesState
 from processors.facts import Facts, FactsState
-from processors.ids import derived_id
+from processors.ids import uuid5_of
 from processors.memories import Change, Memories, MemoryItem
 from processors.persona import Persona, PersonaState, Skills, SkillsState
 from processors.working import SessionState, WorkingMemory
 from schemas import (
+    DERIVED_TYPES,
     ClockTicked,
     DerivedEvent,
     EpisodeClosed,
@@ -31,13 +35,17 @@ from schemas import (
     FactRetracted,
     FactSet,
     FeedbackGiven,
+    InteractionRecorded,
     MemoryRecalled,
     Model,
     PersonaUpdated,
     PersonaVersionBody,
     PersonaVersioned,
+    SessionEnded,
+    SessionStarted,
     SkillBody,
     SkillUpdated,
+    SubjectErasureRequested,
     ToolCalled,
     ToolResult,
     WorkingUpdated,
@@ -70,17 +78,44 @@ class AgentState(Model):
 Scoped = tuple[type[DerivedEvent], Model, str | None, str | None]
 """A change with the session and user it belongs to."""
 
+DERIVED_GIVEN = fields(
+    {
+        "event_id",
+        "agent_id",
+        "session_id",
+        "user_id",
+        "occurred_at",
+        "source_event_id",
+        "seq",
+        "idx",
+        "config_version",
+        "body",
+    }
+)
+"""The fields a derived event is built with (the others take their defaults)."""
 
-def scoped(changes: list[Change], session_id: str | None, user_id: str | None) -> list[Scoped]:
-    return [(kind, body, session_id, user_id) for kind, body in changes]
+QUIET: frozenset[type[Event]] = frozenset(
+    {InteractionRecorded, SessionStarted, SessionEnded, SubjectErasureRequested}
+)
+"""Event types that make no long-term change (no reinforcement, sweep, fact,
+persona or skill): :meth:`AgentMemory._long_term` has nothing to say about them."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """What folding one event did: ``seq`` is None for a dropped duplicate."""
 
     seq: int | None
     derived: tuple[DerivedEvent, ...]
+
+
+DUPLICATE = Step(None, ())
+
+_SKILL_GIVEN = fields(SkillBody.model_fields)
+"""A skill's record is a ``SkillBody`` field for field (``SkillBody(**record.model_dump())``)."""
+
+_TYPE: dict[type[DerivedEvent], str] = {kind: kind.TYPE for kind in DERIVED_TYPES}
+"""Each derived type's ``type`` (a class attribute costs more to read on a model)."""
 
 
 class AgentMemory:
@@ -89,8 +124,11 @@ class AgentMemory:
     def __init__(self, state: AgentState, config: MemoryConfig) -> None:
         self.agent_id = state.agent_id
         self.config = config
+        self.version = config.version
         self.seq = state.seq
-        self.recent: deque[bytes] = deque(state.recent(), maxlen=config.dedupe_window)
+        # the ids as ints (``UUID.int``), packed into bytes only by ``state()``
+        recent = (int.from_bytes(key) for key in state.recent())
+        self.recent: deque[int] = deque(recent, maxlen=config.dedupe_window)
         self.recent_set = set(self.recent)
         self.working = WorkingMemory(
             state.sessions, config.working_turns, config.working, config.scoring
@@ -110,59 +148,85 @@ class AgentMemory:
 
     def apply(self, event: Event) -> Step:
         """Fold one event of this agent; duplicates of a recent ``event_id`` do nothing."""
-        key = event.event_id.bytes
-        if key in self.recent_set:
-            return Step(None, ())
-        self._remember(key)
+        fields = event.__dict__  # see processors.build: reading fields
+        source = fields["event_id"]
+        key = source.int
+        recent_set = self.recent_set
+        if key in recent_set:
+            return DUPLICATE
+        recent = self.recent
+        if len(recent) == recent.maxlen:
+            recent_set.discard(recent[0])
+        recent.append(key)
+        recent_set.add(key)
         self.seq += 1
-        return Step(self.seq, self._derive(event))
+        return Step(self.seq, self._derive(event, fields, source))
 
-    def _remember(self, key: bytes) -> None:
-        if len(self.recent) == self.recent.maxlen:
-            self.recent_set.discard(self.recent[0])
-        self.recent.append(key)
-        self.recent_set.add(key)
+    def _derive(
+        self, event: Event, fields: dict[str, Any], source: UUID
+    ) -> tuple[DerivedEvent, ...]:
+        """The derived events of ``event``, whose ``__dict__`` is ``fields``."""
+        hexa = f"{source.int:032x}"  # str(source), without the call to UUID.__str__
+        name = f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:]}"
+        changes = self._changes(event, name, fields)
+        if not changes:
+            return ()
+        agent_id = fields["agent_id"]
+        at = fields["occurred_at"]
+        seq = self.seq
+        version = self.version
+        derived: list[DerivedEvent] = []
+        for idx, (kind, body, session_id, user_id) in enumerate(changes):
+            values = {
+                "event_id": uuid5_of(f"{name}:{idx}"),  # derived_id(source, idx)
+                "type": _TYPE[kind],
+                "agent_id": agent_id,
+                "session_id": session_id,
+                "user_id": user_id,
+                "occurred_at": at,
+                "schema_version": 1,
+                "source_event_id": source,
+                "seq": seq,
+                "idx": idx,
+                "config_version": version,
+                "body": body,
+            }
+            derived.append(trusted(kind, values, DERIVED_GIVEN))
+        return tuple(derived)
 
-    def _derive(self, event: Event) -> tuple[DerivedEvent, ...]:
-        changes = self._changes(event)
-        return tuple(
-            kind(  # every derived type has a typed ``body``; the pairs are built to match
-                event_id=derived_id(event.event_id, idx),
-                agent_id=event.agent_id,
-                session_id=session_id,
-                user_id=user_id,
-                occurred_at=event.occurred_at,
-                source_event_id=event.event_id,
-                seq=self.seq,
-                idx=idx,
-                config_version=self.config.version,
-                body=body,  # type: ignore[call-arg]  # DerivedEvent subclasses declare body
-            )
-            for idx, (kind, body, session_id, user_id) in enumerate(changes)
-        )
-
-    def _changes(self, event: Event) -> list[Scoped]:
+    def _changes(
+        self, event: Event, name: str | None = None, fields: dict[str, Any] | None = None
+    ) -> list[Scoped]:
         """Every memory change ``event`` makes, in a fixed order: working memory,
         episodes and their memories, consolidation, reinforcement, forgetting, facts,
         persona, skills. Each carries the session and user it belongs to: the event's,
         except for episodes and memories, which keep their own (a tick that closes an
-        episode has neither)."""
-        here = (event.session_id, event.user_id)
+        episode has neither). ``name`` is ``str(event.event_id)`` and ``fields`` the
+        event's ``__dict__``, when known."""
+        if fields is None:
+            fields = event.__dict__
+        here_session, here_user = fields["session_id"], fields["user_id"]
         changes: list[Scoped] = []
-        working = self.working.apply(event)
+        working = self.working.apply(event, name)
         if working is not None:
-            changes.append((WorkingUpdated, working, *here))
-        episodes = self.episodes.apply(event)
-        owners = {new.memory_id: (new.session_id, new.user_id) for new in episodes.memories}
-        for body in episodes.closed:
-            session_id, user_id = owners.get(body.episode_id, here)
-            changes.append((EpisodeClosed, body, session_id, user_id))
-            self.consolidation.add(body, user_id)
-        for new in episodes.memories:
-            changes += scoped(self.memories.create(new), new.session_id, new.user_id)
-        for new in self.consolidation.due(self.agent_id, event.occurred_at):
-            changes += scoped(self.memories.create(new), new.session_id, new.user_id)
-        changes += scoped(self._long_term(event), *here)
+            changes.append((WorkingUpdated, working, here_session, here_user))
+        closed, memories = self.episodes.step(event, name)
+        if closed:
+            owners = {new.memory_id: (new.session_id, new.user_id) for new in memories}
+            for episode in closed:
+                session_id, user_id = owners.get(episode.episode_id, (here_session, here_user))
+                changes.append((EpisodeClosed, episode, session_id, user_id))
+                self.consolidation.add(episode, user_id)
+        create = self.memories.create
+        for new in memories:
+            for kind, body in create(new):
+                changes.append((kind, body, new.session_id, new.user_id))
+        for new in self.consolidation.due(self.agent_id, fields["occurred_at"]):
+            for kind, body in create(new):
+                changes.append((kind, body, new.session_id, new.user_id))
+        if type(event) not in QUIET:
+            for kind, body in self._long_term(event):
+                changes.append((kind, body, here_session, here_user))
         return changes
 
     def _long_term(self, event: Event) -> list[Change]:
@@ -189,7 +253,9 @@ class AgentMemory:
                 return [(PersonaVersioned, doc)]
             case ToolCalled() | ToolResult():
                 skill = self.skills.apply(event)
-                return [] if skill is None else [(SkillUpdated, SkillBody(**skill.model_dump()))]
+                if skill is None:
+                    return []
+                return [(SkillUpdated, trusted(SkillBody, dict(skill.__dict__), _SKILL_GIVEN))]
             case _:
                 return []
 
@@ -197,7 +263,7 @@ class AgentMemory:
         return AgentState(
             agent_id=self.agent_id,
             seq=self.seq,
-            recent_ids=base64.b64encode(b"".join(self.recent)).decode(),
+            recent_ids=base64.b64encode(b"".join(k.to_bytes(16) for k in self.recent)).decode(),
             sessions=self.working.state(),
             episodes=self.episodes.state(),
             memories=self.memories.state(),

@@ -28,12 +28,13 @@ and :meth:`Persona.at` is a search over them.
 from __future__ import annotations
 
 from bisect import bisect_right
-from datetime import datetime
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 from uuid import UUID
 
 from pydantic import Field
 
+from processors.build import fields, trusted
 from schemas import (
     Event,
     Model,
@@ -154,14 +155,31 @@ class SkillRecord(Model):
     ) -> SkillRecord:
         """A record with its ``success_rate`` computed from the counts."""
         results = successes + failures
-        return cls(
-            name=name,
-            uses=uses,
-            successes=successes,
-            failures=failures,
-            last_used_at=last_used_at,
-            success_rate=successes / results if results else None,
-        )
+        values = {
+            "name": name,
+            "uses": uses,
+            "successes": successes,
+            "failures": failures,
+            "last_used_at": last_used_at,
+            "success_rate": successes / results if results else None,
+        }
+        if _valid_record(values):
+            return trusted(cls, values, _RECORD_GIVEN)
+        return cls(**values)
+
+
+_RECORD_GIVEN = fields(SkillRecord.model_fields)
+
+
+def _valid_record(values: dict[str, Any]) -> bool:
+    """Whether validation would keep ``values`` as they are (else it raises or converts)."""
+    at = values["last_used_at"]
+    counts = (values["uses"], values["successes"], values["failures"])
+    return (
+        all(type(n) is int and 0 <= n <= INT64_MAX for n in counts)
+        and (at is None or (at.tzinfo is UTC and not at.microsecond % 1000))
+        and type(values["name"]) is str
+    )
 
 
 class OpenCall(Model):

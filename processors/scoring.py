@@ -87,11 +87,14 @@ def tokenize(text: str) -> list[str]:
     """
     tokens: list[str] = []
     for match in _TOKEN.finditer(normalise(text)):
-        run = match.group("cjk")
+        run = match.group(1)  # the ``cjk`` group
         if run is None:
             tokens.append(match.group())
         else:
-            tokens.extend(_cjk_grams(run))
+            last = len(run) - 1
+            for i in range(last):
+                tokens += (run[i], run[i : i + 2])  # each unigram, then its bigram
+            tokens.append(run[last])
     return tokens
 
 
@@ -450,13 +453,55 @@ def score_text(text: str, params: ScoringParams = DEFAULT_PARAMS) -> Scores:
     without any word scores the minimum importance, neutral sentiment and the
     base confidence.
     """
-    return _estimate(text, None, params)
+    return analysis(text, params)[0]
 
 
 def analyse(text: str, params: ScoringParams = DEFAULT_PARAMS) -> tuple[Scores, list[str]]:
     """``(score_text(text, params), extract_entities(text))``, sharing the work."""
-    entities = extract_entities(text)
-    return _estimate(text, len(entities), params), entities
+    scores, entities = analysis(text, params)
+    return scores, list(entities)
+
+
+MEMO_SIZE = 4096
+"""Texts whose :func:`analysis` a :class:`ScoringParams` remembers (then it starts afresh)."""
+MEMO_CHARS = 512
+"""Longer texts are analysed every time, not remembered."""
+
+
+Analysis = tuple[Scores, tuple[str, ...]]
+"""What :func:`analysis` finds in a text: its estimated scores and its entities."""
+_MEMOS: dict[int, tuple[ScoringParams, dict[str, Analysis]]] = {}
+
+
+def _memo_of(params: ScoringParams) -> dict[str, Analysis]:
+    """The texts ``params`` has analysed, found by identity: a copy of ``params``
+    (``model_copy(update=...)``) gets its own; each entry holds its ``params``, so
+    the id is not reused while the entry lives."""
+    entry = _MEMOS.get(id(params))
+    if entry is None or entry[0] is not params:
+        if len(_MEMOS) >= 64:
+            _MEMOS.clear()
+        entry = _MEMOS[id(params)] = (params, {})
+    return entry[1]
+
+
+def analysis(text: str, params: ScoringParams) -> Analysis:
+    """``(_estimate(text, ...), extract_entities(text))``, remembered for short texts.
+
+    The analysis is a pure function of the text and ``params``, so remembering it
+    changes no result: it saves the work when a text comes back (a short reply, a
+    repeated prompt, the one sentence of a turn summarised with its episode).
+    """
+    memo = _memo_of(params)
+    found = memo.get(text)
+    if found is None:
+        entities = extract_entities(text)
+        found = (_estimate(text, len(entities), params), tuple(entities))
+        if len(text) <= MEMO_CHARS:
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[text] = found
+    return found
 
 
 def score_turn(
@@ -486,9 +531,13 @@ def analyse_turn(
 ) -> tuple[Scores, list[str]]:
     """``(score_turn(...), extract_entities(content))``, sharing the work."""
     if importance is not None and sentiment is not None and confidence is not None:
-        return Scores(importance, sentiment, confidence), extract_entities(content)
-    estimate, entities = analyse(content, params)
-    return _supplied_win(estimate, importance, sentiment, confidence), entities
+        known = _memo_of(params).get(content)
+        entities = extract_entities(content) if known is None else list(known[1])
+        return Scores(importance, sentiment, confidence), entities
+    estimate, found = analysis(content, params)
+    if importance is None and sentiment is None and confidence is None:
+        return estimate, list(found)
+    return _supplied_win(estimate, importance, sentiment, confidence), list(found)
 
 
 def _supplied_win(
@@ -591,17 +640,33 @@ def aggregate(scores: Sequence[Scores], params: ScoringParams = DEFAULT_PARAMS) 
 
     No turns gives importance 1, sentiment 0 and the base confidence.
     """
-    if not scores:
-        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
-    importances = [s.importance for s in scores]
+    importance, sentiment, confidence = aggregate_values(
+        [s.importance for s in scores],
+        [s.sentiment for s in scores],
+        [s.confidence for s in scores],
+        params,
+    )
+    return Scores(importance, sentiment, confidence)
+
+
+def aggregate_values(
+    importances: Sequence[float],
+    sentiments: Sequence[float],
+    confidences: Sequence[float],
+    params: ScoringParams = DEFAULT_PARAMS,
+) -> tuple[float, float, float]:
+    """:func:`aggregate` of the turns whose scores are ``zip(importances, sentiments,
+    confidences)``, as ``(importance, sentiment, confidence)``."""
+    if not importances:
+        return 1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0)
     peak = params.episode_peak_weight
     importance = peak * max(importances) + (1 - peak) * _mean(importances)
-    strength = math.fsum(abs(s.sentiment) for s in scores)
-    felt = math.fsum(s.sentiment * abs(s.sentiment) for s in scores)
-    return Scores(
-        importance=_clamp(importance, 1.0, 10.0),
-        sentiment=_clamp(felt / strength if strength else 0.0, -1.0, 1.0),
-        confidence=_clamp(_mean([s.confidence for s in scores]), 0.0, 1.0),
+    strength = math.fsum([abs(s) for s in sentiments])
+    felt = math.fsum([s * abs(s) for s in sentiments])
+    return (
+        _clamp(importance, 1.0, 10.0),
+        _clamp(felt / strength if strength else 0.0, -1.0, 1.0),
+        _clamp(_mean(confidences), 0.0, 1.0),
     )
 
 
@@ -710,13 +775,23 @@ def extract_entities(text: str, limit: int = 10) -> list[str]:
     return list(found.values())[: max(limit, 0)]
 
 
+_RULES_FOR: dict[tuple[bool, bool], tuple[tuple[re.Pattern[str] | None, re.Pattern[str]], ...]] = {
+    (wide, digit): tuple(
+        (guard, pattern)
+        for needs_wide, needs_digit, guard, pattern in _ENTITY_RULES
+        if (wide or not needs_wide) and (digit or not needs_digit)
+    )
+    for wide in (False, True)
+    for digit in (False, True)
+}
+"""(guard, pattern) of the rules that can match, by (text not ASCII, text has a digit)."""
+
+
 def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
     """``(start, end, entity)`` of every pattern match, names already cleaned."""
     wide = not text.isascii()
     digit = (_DIGIT if wide else _ASCII_DIGIT).search(text) is not None
-    for needs_wide, needs_digit, guard, pattern in _ENTITY_RULES:
-        if (needs_wide and not wide) or (needs_digit and not digit):
-            continue
+    for guard, pattern in _RULES_FOR[wide, digit]:
         if guard is None or guard.search(text):
             for match in pattern.finditer(text):
                 if inner := match.group(1).strip():
@@ -762,7 +837,8 @@ def _starts_sentence(text: str, position: int) -> bool:
 def _non_overlapping(spans: Iterator[tuple[int, int, str]]) -> Iterator[tuple[int, str]]:
     """Greedy by start, longest first: drop spans overlapping one already kept."""
     kept_end = -1
-    for start, end, entity in sorted(spans, key=lambda s: (s[0], s[0] - s[1], s[2])):
+    # sorted by (start, -length, entity): the spans themselves, keyed so, in one pass
+    for start, shorter, entity in sorted([(s, s - e, x) for s, e, x in spans]):
         if start >= kept_end:
-            kept_end = end
+            kept_end = start - shorter
             yield start, entity

@@ -105,9 +105,25 @@ def _sentences(turns: Sequence[tuple[str, str]]) -> list[_Sentence]:
     return with_content or found
 
 
+_TERMS: dict[str, frozenset[str]] = {}
+"""Sentence -> :func:`_terms`: a sentence is summarised again with each compression of
+working memory, at its episode's close and in its day's consolidation."""
+_TERMS_SIZE = 4096
+_TERMS_CHARS = 512
+
+
 def _terms(text: str) -> frozenset[str]:
-    """Distinct content tokens of ``text``."""
-    return frozenset(t for t in tokenize(text) if not _is_stop(t))
+    """Distinct content tokens of ``text`` (remembered for short texts: a pure function)."""
+    found = _TERMS.get(text)
+    if found is None:
+        tokens = set(tokenize(text))
+        tokens -= STOPWORDS
+        found = frozenset(t for t in tokens if len(t) != 2 or not _is_stop(t))
+        if len(text) <= _TERMS_CHARS:
+            if len(_TERMS) >= _TERMS_SIZE:
+                _TERMS.clear()
+            _TERMS[text] = found
+    return found
 
 
 def _is_stop(token: str) -> bool:

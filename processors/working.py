@@ -34,6 +34,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS, ScoringParams
 from processors.summary import split_sentences, summarise
 from schemas import (
@@ -98,8 +99,9 @@ class SessionWorking:
         self.session_id = state.session_id
         self.limit = limit
         self.params = params
+        self.budget = params.token_budget
         self.scoring = scoring
-        self.ttl = timedelta(seconds=params.idle_ttl_s)
+        self.ttl = _ttl(params)
         self.turns: list[Turn] = list(state.turns)
         self.tokens = sum(t.tokens for t in self.turns)
         self.task = state.task
@@ -117,12 +119,32 @@ class SessionWorking:
 
     def add(self, turn: Turn) -> WorkingBody:
         """Append ``turn``, then keep the turn cap and the token budget; return the delta."""
-        self.turns.append(turn)
-        self.tokens += turn.tokens
-        self.touch(turn.occurred_at)
-        capped = max(0, len(self.turns) - self.limit)
-        self._evict(capped)
-        self.dropped += capped
+        turns = self.turns
+        turns.append(turn)
+        fields = turn.__dict__  # see processors.build: reading fields
+        self.tokens += fields["tokens"]
+        at = fields["occurred_at"]
+        if at > self.last_at:
+            self.last_at = at
+        capped = len(turns) - self.limit
+        if capped > 0:
+            self._evict(capped)
+            self.dropped += capped
+        else:
+            capped = 0
+        if self.tokens <= self.budget or len(turns) < 2:
+            values = {
+                "added": [turn],
+                "evicted": capped,
+                "prepended": [],
+                "size": len(turns),
+                "tokens": self.tokens,
+                "task": self.task,
+                "variables": dict(self.variables),
+                "cleared": False,
+                "expired": [],
+            }
+            return trusted(WorkingBody, values, _BODY_GIVEN)
         fitted, summary = self._fit()
         return self.body(
             added=[turn],
@@ -167,12 +189,17 @@ class SessionWorking:
         if not text:
             return None
         last = turns[-1]
-        return Turn(
-            event_id=last.event_id,
-            role=SUMMARY_ROLE,
-            content=text,
-            occurred_at=last.occurred_at,
-            tokens=estimate_tokens(text),
+        return trusted(
+            Turn,
+            {
+                "event_id": last.event_id,
+                "role": SUMMARY_ROLE,
+                "content": text,
+                "occurred_at": last.occurred_at,
+                "tokens": estimate_tokens(text),
+                "offloaded": False,
+            },
+            _SUMMARY_GIVEN,
         )
 
     def _replace(self, k: int, summary: Turn | None) -> None:
@@ -199,28 +226,48 @@ class SessionWorking:
         prepended: list[Turn] | None = None,
         cleared: bool = False,
     ) -> WorkingBody:
-        return WorkingBody(
-            added=added or [],
-            evicted=evicted,
-            prepended=prepended or [],
-            size=0 if cleared else len(self.turns),
-            tokens=0 if cleared else self.tokens,
-            task=self.task,
-            variables=dict(self.variables),
-            cleared=cleared,
-            expired=[],  # given, not defaulted: pydantic deep-copies a mutable default
+        return trusted(
+            WorkingBody,
+            {
+                "added": added or [],
+                "evicted": evicted,
+                "prepended": prepended or [],
+                "size": 0 if cleared else len(self.turns),
+                "tokens": 0 if cleared else self.tokens,
+                "task": self.task,
+                "variables": dict(self.variables),
+                "cleared": cleared,
+                "expired": [],
+            },
+            _BODY_GIVEN,
         )
 
     def state(self) -> SessionState:
-        return SessionState(
-            session_id=self.session_id,
-            turns=list(self.turns),
-            task=self.task,
-            variables=dict(self.variables),
-            dropped=self.dropped,
-            compressed=self.compressed,
-            last_at=self.last_at,
+        return trusted(
+            SessionState,
+            {
+                "session_id": self.session_id,
+                "turns": list(self.turns),
+                "task": self.task,
+                "variables": dict(self.variables),
+                "dropped": self.dropped,
+                "compressed": self.compressed,
+                "last_at": self.last_at,
+            },
+            _STATE_GIVEN,
         )
+
+
+_BODY_GIVEN = fields(WorkingBody.model_fields)
+_STATE_GIVEN = fields(SessionState.model_fields)
+_SUMMARY_GIVEN = fields({"event_id", "role", "content", "occurred_at", "tokens"})
+_TURN_GIVEN = fields(Turn.model_fields)
+_EXPIRED_GIVEN = fields({"size", "tokens", "cleared", "expired"})
+_FRESH_GIVEN = fields({"session_id", "turns", "last_at"})
+
+
+def _ttl(params: WorkingParams) -> timedelta:
+    return timedelta(seconds=params.idle_ttl_s)
 
 
 CJK = re.compile(
@@ -236,11 +283,17 @@ CJK = re.compile(
 )
 
 
+_NOT_CJK = re.compile(f"[^{CJK.pattern[1:-1]}]+")
+"""Runs of characters that :data:`CJK` does not match: counting them is faster."""
+
+
 def estimate_tokens(text: str) -> int:
     """Rough token count: one per CJK character (ideographs, kana, Hangul, their
     punctuation and full-width forms), one per started 4 other characters."""
-    cjk = len(CJK.findall(text))
-    return cjk + (len(text) - cjk + 3) // 4
+    if text.isascii():
+        return (len(text) + 3) // 4
+    other = sum(map(len, _NOT_CJK.findall(text)))
+    return len(text) - other + (other + 3) // 4
 
 
 def offload(content: str, event_id: str, head_tokens: int) -> str:
@@ -272,29 +325,40 @@ def _prefix(text: str, tokens: int) -> str:
     return text
 
 
-def turn_of(event: Event, params: WorkingParams = DEFAULT_WORKING) -> Turn | None:
-    """The working-memory entry an event contributes, if any."""
+def turn_of(
+    event: Event, params: WorkingParams = DEFAULT_WORKING, name: str | None = None
+) -> Turn | None:
+    """The working-memory entry an event contributes, if any. ``name`` is
+    ``str(event.event_id)``, when known."""
     role: str
     offloaded = False
-    match event:
-        case InteractionRecorded(body=body):
-            role, content = body.role, body.content
-        case ToolCalled(body=body):
-            role, content = "tool_call", f"{body.tool}({body.arguments})"
-        case ToolResult(body=body):
-            role, content = "tool", body.content
-            if len(content) > params.offload_chars:
-                content = offload(content, str(event.event_id), params.offload_head_tokens)
-                offloaded = True
-        case _:
-            return None
-    return Turn(
-        event_id=str(event.event_id),
-        role=role,
-        content=content,
-        occurred_at=event.occurred_at,
-        tokens=estimate_tokens(content),
-        offloaded=offloaded,
+    fields = event.__dict__  # see processors.build: reading fields
+    if isinstance(event, InteractionRecorded):
+        said = fields["body"].__dict__
+        role, content = said["role"], said["content"]
+    elif isinstance(event, ToolCalled):
+        call = event.body
+        role, content = "tool_call", f"{call.tool}({call.arguments})"
+    elif isinstance(event, ToolResult):
+        role, content = "tool", event.body.content
+        if len(content) > params.offload_chars:
+            content = offload(content, str(event.event_id), params.offload_head_tokens)
+            offloaded = True
+    else:
+        return None
+    # estimate_tokens(content), its ASCII case inline
+    tokens = (len(content) + 3) // 4 if content.isascii() else estimate_tokens(content)
+    return trusted(
+        Turn,
+        {
+            "event_id": str(fields["event_id"]) if name is None else name,
+            "role": role,
+            "content": content,
+            "occurred_at": fields["occurred_at"],
+            "tokens": tokens,
+            "offloaded": offloaded,
+        },
+        _TURN_GIVEN,
     )
 
 
@@ -312,25 +376,28 @@ class WorkingMemory:
         self.limit = limit
         self.params = params
         self.scoring = scoring
+        self.ttl = _ttl(params)
         self.sessions = {s.session_id: self._working(s) for s in sessions}
 
     def _working(self, state: SessionState) -> SessionWorking:
         return SessionWorking(state, self.limit, self.params, self.scoring)
 
-    def apply(self, event: Event) -> WorkingBody | None:
+    def apply(self, event: Event, name: str | None = None) -> WorkingBody | None:
+        """The change ``event`` makes; ``name`` is ``str(event.event_id)``, when known."""
         if isinstance(event, ClockTicked):
             return self._expire(event.occurred_at)
-        sid = event.session_id
+        fields = event.__dict__  # see processors.build: reading fields
+        sid = fields["session_id"]
         if sid is None:
             return None
-        at = event.occurred_at
+        at = fields["occurred_at"]
         old = self.sessions.get(sid)
         if isinstance(event, SessionEnded):
             if old is None:
                 return None
             del self.sessions[sid]
             return old.body(evicted=len(old.turns), cleared=True)
-        stale = old is not None and old.idle(at)
+        stale = old is not None and at - old.last_at > self.ttl
         if old is not None and stale:
             del self.sessions[sid]
         body: WorkingBody | None = None
@@ -339,15 +406,16 @@ class WorkingMemory:
             session.task = event.body.task
             session.touch(at)
             body = session.body()
-        elif (turn := turn_of(event, self.params)) is not None:
-            body = self._session(sid, at).add(turn)
+        elif (turn := turn_of(event, self.params, name)) is not None:
+            session = self.sessions.get(sid) or self._session(sid, at)
+            body = session.add(turn)
         if old is None or not stale:
             return body
         # the idle TTL cleared the session; this event, if it is a turn or a start,
         # opened it afresh (a fresh session neither evicts nor compresses)
         if body is None:
             return old.body(evicted=len(old.turns), cleared=True)
-        return body.model_copy(update={"evicted": len(old.turns), "cleared": True})
+        return updated(body, {"evicted": len(old.turns), "cleared": True})
 
     def _expire(self, at: datetime) -> WorkingBody | None:
         """At a clock.tick: clear every idle session."""
@@ -356,13 +424,39 @@ class WorkingMemory:
             return None
         for sid in expired:
             del self.sessions[sid]
-        return WorkingBody(size=0, tokens=0, cleared=True, expired=expired)
+        return trusted(
+            WorkingBody,
+            {
+                "added": [],
+                "evicted": 0,
+                "prepended": [],
+                "size": 0,
+                "tokens": 0,
+                "task": None,
+                "variables": {},
+                "cleared": True,
+                "expired": expired,
+            },
+            _EXPIRED_GIVEN,
+        )
 
     def _session(self, sid: str, at: datetime) -> SessionWorking:
         session = self.sessions.get(sid)
         if session is None:
-            session = self._working(SessionState(session_id=sid, turns=[], last_at=at))
-            self.sessions[sid] = session
+            fresh = trusted(
+                SessionState,
+                {
+                    "session_id": sid,
+                    "turns": [],
+                    "task": None,
+                    "variables": {},
+                    "dropped": 0,
+                    "compressed": 0,
+                    "last_at": at,
+                },
+                _FRESH_GIVEN,
+            )
+            session = self.sessions[sid] = self._working(fresh)
         return session
 
     def state(self) -> list[SessionState]:

@@ -1,0 +1,127 @@
+"""The fold's output, pinned: derived events and serialised states are byte-identical
+to those of the reference implementation, for both forgetting curves.
+
+The digests were computed by ``ops.bench.processors --digest`` on the code before
+it was optimised for speed; a change of any derived event, of any state, or of the
+way a resumed state folds on, changes them. A deliberate change of the memory
+dynamics (or of a wire format) updates them, and says so.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+from pydantic import BaseModel
+
+from ops.bench.processors import CONFIGS, WORKLOADS, digest
+from processors import AgentMemory, AgentState, MemoryConfig
+from schemas import Event
+
+TIGHT = {
+    # small budgets and windows: compression, offloading, TTL expiry, dedupe eviction,
+    # short episodes, hourly consolidation, fast forgetting
+    "dedupe_window": 8,
+    "working_turns": 5,
+    "working": {"token_budget": 120, "offload_chars": 300, "idle_ttl_s": 900.0},
+    "episodes": {"idle_gap_s": 600.0, "max_turns": 6},
+    "consolidation": {"window_s": 3600.0, "min_episodes": 1},
+}
+TIGHT_FSRS = {
+    "dedupe_window": 8,
+    "working_turns": 5,
+    "working": {"token_budget": 120, "offload_chars": 300},
+    "episodes": {"max_turns": 6},
+    "forgetting": {"curve": "fsrs", "fsrs_threshold": 0.9},
+    "consolidation": {"window_s": 7200.0, "min_episodes": 1},
+}
+CASES = {
+    "exponential": CONFIGS["exponential"],
+    "fsrs": CONFIGS["fsrs"],
+    "tight": MemoryConfig.model_validate(TIGHT),
+    "tight-fsrs": MemoryConfig.model_validate(TIGHT_FSRS),
+}
+
+GOLDEN = {
+    # (workload, events, agents, seed, restore_every, config): sha-256
+    ("bench", 3000, 10, 0, 0, "exponential"): (
+        "baa91f3c6ce8442a9cf11f4c1ac108912bd41c0a02bcc17145731b15333c2da2"
+    ),
+    ("bench", 3000, 10, 0, 0, "fsrs"): (
+        "5a231d8aec480d2dec7f84a4925c3012ceef8bc0fefb8e567a11b87d50c5972d"
+    ),
+    ("rich", 3000, 6, 0, 7, "exponential"): (
+        "036f2fcf89a5dbb8351102af04f48551542b9808b31677afff785f9522623c54"
+    ),
+    ("rich", 3000, 6, 0, 7, "fsrs"): (
+        "53baa668993ec4560ce68e02fb5948e64bd4dbe354ec1ee2ddd714fc7b008d0a"
+    ),
+    ("rich", 2500, 5, 1, 13, "tight"): (
+        "9e794ff04de9a2fd4ef705bad2cbbabf70f26c584270b4a6caf1de691ff5ee69"
+    ),
+    ("rich", 2500, 5, 1, 13, "tight-fsrs"): (
+        "b216199f54f74bc98f0369ac8ff1ca75465f5bcbd8d31dcf255784ed7309f24f"
+    ),
+}
+
+
+@cache
+def events(workload: str, n: int, agents: int, seed: int = 0) -> tuple[Event, ...]:
+    return tuple(WORKLOADS[workload](n, agents, seed))
+
+
+@pytest.mark.parametrize(("case", "expected"), GOLDEN.items(), ids=lambda v: str(v)[:32])
+def test_the_fold_output_is_unchanged(
+    case: tuple[str, int, int, int, int, str], expected: str
+) -> None:
+    workload, n, agents, seed, restore_every, config = case
+    log = list(events(workload, n, agents, seed))
+    assert digest(log, CASES[config], restore_every) == expected
+
+
+def test_the_workloads_are_deterministic() -> None:
+    for workload in WORKLOADS:
+        first = WORKLOADS[workload](200, 3, 0)
+        again = WORKLOADS[workload](200, 3, 0)
+        assert [e.model_dump_json() for e in first] == [e.model_dump_json() for e in again]
+
+
+def _same_as_validated(made: object, checked: object, where: str) -> None:
+    """``made`` holds exactly what validation made of the same values: same types (a
+    float is not an int), same fields in the same order, all the way down."""
+    assert type(made) is type(checked), f"{where}: {type(made)} != {type(checked)}"
+    if isinstance(made, BaseModel):
+        assert isinstance(checked, BaseModel)
+        assert list(made.__dict__) == list(checked.__dict__), where
+        for name, value in made.__dict__.items():
+            _same_as_validated(value, checked.__dict__[name], f"{where}.{name}")
+    elif isinstance(made, list | tuple):
+        assert isinstance(checked, list | tuple)
+        assert len(made) == len(checked), where
+        for i, (a, b) in enumerate(zip(made, checked, strict=True)):
+            _same_as_validated(a, b, f"{where}[{i}]")
+    elif isinstance(made, dict):
+        assert isinstance(checked, dict)
+        assert list(made) == list(checked), where
+        for key, value in made.items():
+            _same_as_validated(value, checked[key], f"{where}[{key!r}]")
+    else:
+        assert made == checked, where
+
+
+@pytest.mark.parametrize("curve", sorted(CONFIGS))
+def test_models_built_without_validation_are_what_validation_makes(curve: str) -> None:
+    """The fold builds its models from values valid by construction, without
+    validating them again (``processors.build``): each must equal, type for type,
+    the model validated from its own dump."""
+    memories: dict[str, AgentMemory] = {}
+    for event in events("rich", 1500, 4):
+        memory = memories.get(event.agent_id)
+        if memory is None:
+            memory = memories[event.agent_id] = AgentMemory.empty(event.agent_id, CONFIGS[curve])
+        for derived in memory.apply(event).derived:
+            checked = type(derived).model_validate(derived.model_dump())
+            _same_as_validated(derived, checked, derived.type)
+    for agent_id, memory in memories.items():
+        state = memory.state()
+        _same_as_validated(state, AgentState.model_validate(state.model_dump()), agent_id)
