@@ -43,6 +43,7 @@ AGENT_EVENT_TYPES = (
     "interaction.recorded",
     "session.started",
     "session.ended",
+    "working.set",
     "tool.called",
     "tool.result",
     "fact.asserted",
@@ -197,6 +198,8 @@ Types and bodies:
   "confidence": 0..1}. A turn with importance >= 8 becomes a long-term memory at once.
 - session.started: {"task": optional text}; session.ended: {"reason": optional text}
   (ending a session closes its episode and clears its working memory).
+- working.set: {"task": text ("" clears), "variables": {str: str or null to remove},
+  "scratchpad": text ("" clears)}, all optional; needs session_id.
 - tool.called: {"call_id", "tool", "arguments": JSON text};
   tool.result: {"call_id", "tool", "ok": bool, "content": text}.
 - fact.asserted: {"namespace", "key", "value": text, optional "confidence": 0..1}
@@ -209,8 +212,9 @@ index and reason and nothing is published. Returns the accepted count and event 
 
 SNAPSHOT = """\
 Load this agent's memory as a whole: what a fresh agent process should read at the
-start of a session. Returns working memory (the recent turns, task and variables of
-each open session), the latest episodes (summaries of past sessions), current facts,
+start of a session. Returns working memory (the recent turns, task, variables and
+scratchpad of each open session), the latest episodes (summaries of past sessions),
+current facts,
 persona, skills, memory counts per layer and the log position the snapshot reflects.
 Give session_id for one session's working memory only, user_id for one user's episodes,
 as_of to see the memory as it was at a past moment. Fails if engram has no events of

@@ -48,6 +48,7 @@ from schemas import (
     SubjectErasureRequested,
     ToolCalled,
     ToolResult,
+    WorkingSet,
     WorkingUpdated,
 )
 
@@ -95,7 +96,7 @@ DERIVED_GIVEN = fields(
 """The fields a derived event is built with (the others take their defaults)."""
 
 QUIET: frozenset[type[Event]] = frozenset(
-    {InteractionRecorded, SessionStarted, SessionEnded, SubjectErasureRequested}
+    {InteractionRecorded, SessionStarted, SessionEnded, WorkingSet, SubjectErasureRequested}
 )
 """Event types that make no long-term change (no reinforcement, sweep, fact,
 persona or skill): :meth:`AgentMemory._long_term` has nothing to say about them."""
@@ -116,6 +117,9 @@ _SKILL_GIVEN = fields(SkillBody.model_fields)
 
 _TYPE: dict[type[DerivedEvent], str] = {kind: kind.TYPE for kind in DERIVED_TYPES}
 """Each derived type's ``type`` (a class attribute costs more to read on a model)."""
+
+_VERSION: dict[type[DerivedEvent], int] = {kind: kind.SCHEMA_VERSION for kind in DERIVED_TYPES}
+"""Each derived type's current schema version, which its events declare."""
 
 
 class AgentMemory:
@@ -184,7 +188,7 @@ class AgentMemory:
                 "session_id": session_id,
                 "user_id": user_id,
                 "occurred_at": at,
-                "schema_version": 1,
+                "schema_version": _VERSION[kind],
                 "source_event_id": source,
                 "seq": seq,
                 "idx": idx,

@@ -48,6 +48,7 @@ from schemas import (
     ToolResult,
     Turn,
     WorkingBody,
+    WorkingSet,
 )
 
 SUMMARY_ROLE = "summary"
@@ -81,6 +82,7 @@ class SessionState(Model):
     turns: list[Turn] = []
     task: str | None = None
     variables: dict[str, str] = {}
+    scratchpad: str | None = None
     dropped: int = 0
     compressed: int = 0
     last_at: datetime
@@ -106,9 +108,27 @@ class SessionWorking:
         self.tokens = sum(t.tokens for t in self.turns)
         self.task = state.task
         self.variables = dict(state.variables)
+        self.scratchpad = state.scratchpad
         self.dropped = state.dropped
         self.compressed = state.compressed
         self.last_at = state.last_at
+
+    def set(self, event: WorkingSet, params: WorkingParams) -> None:
+        """Apply a ``working.set``: only the fields it gives change (see its body)."""
+        given = event.body
+        if given.task is not None:
+            self.task = given.task or None
+        for key, value in sorted(given.variables.items()):
+            if value is None:
+                self.variables.pop(key, None)
+            else:
+                self.variables[key] = value
+        if given.scratchpad is not None:
+            pad = given.scratchpad
+            if len(pad) > params.offload_chars:
+                pad = offload(pad, str(event.event_id), params.offload_head_tokens)
+            self.scratchpad = pad or None
+        self.touch(event.occurred_at)
 
     def touch(self, at: datetime) -> None:
         self.last_at = max(self.last_at, at)
@@ -141,6 +161,7 @@ class SessionWorking:
                 "tokens": self.tokens,
                 "task": self.task,
                 "variables": dict(self.variables),
+                "scratchpad": self.scratchpad,
                 "cleared": False,
                 "expired": [],
             }
@@ -236,6 +257,7 @@ class SessionWorking:
                 "tokens": 0 if cleared else self.tokens,
                 "task": self.task,
                 "variables": dict(self.variables),
+                "scratchpad": self.scratchpad,
                 "cleared": cleared,
                 "expired": [],
             },
@@ -250,6 +272,7 @@ class SessionWorking:
                 "turns": list(self.turns),
                 "task": self.task,
                 "variables": dict(self.variables),
+                "scratchpad": self.scratchpad,
                 "dropped": self.dropped,
                 "compressed": self.compressed,
                 "last_at": self.last_at,
@@ -406,6 +429,10 @@ class WorkingMemory:
             session.task = event.body.task
             session.touch(at)
             body = session.body()
+        elif isinstance(event, WorkingSet):
+            session = self._session(sid, at)
+            session.set(event, self.params)
+            body = session.body()
         elif (turn := turn_of(event, self.params, name)) is not None:
             session = self.sessions.get(sid) or self._session(sid, at)
             body = session.add(turn)
@@ -434,6 +461,7 @@ class WorkingMemory:
                 "tokens": 0,
                 "task": None,
                 "variables": {},
+                "scratchpad": None,
                 "cleared": True,
                 "expired": expired,
             },
@@ -450,6 +478,7 @@ class WorkingMemory:
                     "turns": [],
                     "task": None,
                     "variables": {},
+                    "scratchpad": None,
                     "dropped": 0,
                     "compressed": 0,
                     "last_at": at,

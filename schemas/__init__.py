@@ -56,6 +56,8 @@ from schemas.raw import (
     ToolCalled,
     ToolResult,
     ToolResultBody,
+    WorkingSet,
+    WorkingSetBody,
 )
 
 __all__ = [
@@ -117,5 +119,7 @@ __all__ = [
     "ToolResultBody",
     "Turn",
     "WorkingBody",
+    "WorkingSet",
+    "WorkingSetBody",
     "WorkingUpdated",
 ]

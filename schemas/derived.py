@@ -139,8 +139,8 @@ class WorkingBody(Model):
        (the new turn) at the end.
 
     ``size`` and ``tokens`` describe the session's whole working memory after the
-    change (0 on a tick); ``task`` and ``variables`` are given whole. ``cleared``:
-    everything the session held was discarded (``evicted`` is all of it), at
+    change (0 on a tick); ``task``, ``variables`` and ``scratchpad`` are given
+    whole. ``cleared``: everything the session held was discarded (``evicted`` is all of it), at
     ``session.ended`` or because the idle TTL expired before this event (which, if
     a turn or a start, then opened the session afresh); on a tick, the sessions in
     ``expired`` were. A session with no entries left and one never seen are alike."""
@@ -152,12 +152,16 @@ class WorkingBody(Model):
     tokens: Annotated[int, Field(ge=0, le=INT64_MAX)]
     task: str | None = None
     variables: dict[str, str] = {}
+    scratchpad: str | None = None
     cleared: bool = False
     expired: list[str] = []
 
 
 class WorkingUpdated(DerivedEvent):
+    """Version 2 added ``scratchpad`` to the body (version 1 bytes read as None)."""
+
     TYPE: ClassVar[str] = "working.updated"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["working.updated"] = "working.updated"
     body: WorkingBody
 

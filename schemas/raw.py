@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.base import INT64_MAX, Event, Ident, Importance, Model, Signed, Unit, UtcMillis
 
@@ -77,6 +77,37 @@ class SessionEnded(Event):
     TYPE: ClassVar[str] = "session.ended"
     type: Literal["session.ended"] = "session.ended"
     body: SessionEndedBody = SessionEndedBody()
+
+
+class WorkingSetBody(Model):
+    """What an agent keeps in a session's working memory besides its turns. Every
+    field is optional and only what is given changes:
+
+    - ``task``: replaces the session's current task; ``""`` clears it;
+    - ``variables``: merged by key into the session's variables; a key whose value
+      is ``None`` is removed;
+    - ``scratchpad``: replaces the session's scratchpad (free notes); ``""`` clears
+      it. A scratchpad longer than the working-memory offload threshold keeps only
+      its head and where the full text is, like a large tool result.
+
+    The event needs a ``session_id``: working memory is per session.
+    """
+
+    task: str | None = None
+    variables: dict[str, str | None] = {}
+    scratchpad: Text | None = None
+
+
+class WorkingSet(Event):
+    TYPE: ClassVar[str] = "working.set"
+    type: Literal["working.set"] = "working.set"
+    body: WorkingSetBody
+
+    @model_validator(mode="after")
+    def _needs_session(self) -> WorkingSet:
+        if self.session_id is None:
+            raise ValueError("working.set needs a session_id: working memory is per session")
+        return self
 
 
 class FactAssertedBody(Model):
@@ -174,6 +205,7 @@ RAW_TYPES: tuple[type[Event], ...] = (
     ToolResult,
     SessionStarted,
     SessionEnded,
+    WorkingSet,
     FactAsserted,
     FactRetracted,
     PersonaUpdated,

@@ -51,6 +51,7 @@ from schemas import (
     SubjectErasureRequested,
     ToolCalled,
     ToolResult,
+    WorkingSet,
 )
 
 TEXTS = (
@@ -286,7 +287,24 @@ class _AgentSim:
         if roll < 0.372:
             body = {"subject": self.users[0] or "u", "reason": "gdpr"}
             return SubjectErasureRequested(**self._common(None), body=body)
+        if roll < 0.39 and self.sessions:
+            return WorkingSet(**self._common(rng.choice(self.sessions)), body=self._working_set())
         return self._turn()
+
+    def _working_set(self) -> dict[str, Any]:
+        """A ``working.set`` body: some of task, variables (set or removed), scratchpad
+        (short, large enough to be offloaded, or cleared)."""
+        rng = self.rng
+        body: dict[str, Any] = {}
+        if rng.random() < 0.3:
+            body["task"] = rng.choice((*TASKS, ""))
+        if rng.random() < 0.6:
+            keys = rng.sample(("city", "budget", "step", "语言"), rng.randint(1, 3))
+            body["variables"] = {k: rng.choice(("Kyoto", "3", "中文", None)) for k in keys}
+        if rng.random() < 0.4:
+            size = rng.choice((1, 1, 40, 0))
+            body["scratchpad"] = " ".join(_text(rng) for _ in range(size))
+        return body
 
     def _maybe_session(self) -> str | None:
         return self.rng.choice(self.sessions) if self.sessions and self.rng.random() < 0.5 else None

@@ -32,6 +32,7 @@ from schemas import (
     ToolCalled,
     ToolResult,
     Turn,
+    WorkingSet,
     WorkingUpdated,
 )
 
@@ -162,6 +163,7 @@ TEXTS = st.one_of(
     st.text(st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), max_size=8),
 )
 SESSIONS = st.sampled_from(["s1", "s2", "会话3"])
+VARIABLES = st.sampled_from(["city", "step", "变量"])
 ZONES = st.sampled_from([UTC, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5))])
 
 
@@ -170,7 +172,7 @@ def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
     """One agent's log in event-time order, with exact duplicates injected."""
     kinds = [
         "start", "end", "say", "say", "say", "call", "result", "fact", "tick", "dup",
-        "retract", "persona", "recall", "feedback", "moment",
+        "retract", "persona", "recall", "feedback", "moment", "set",
     ]  # fmt: skip
     events: list[Event] = []
     at = T0
@@ -193,6 +195,13 @@ def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
                 events.append(SessionStarted(**env, body={"task": task}))
             case "end":
                 events.append(SessionEnded(**env))
+            case "set":
+                body = {
+                    "task": draw(st.none() | TEXTS),
+                    "variables": draw(st.dictionaries(VARIABLES, st.none() | TEXTS, max_size=3)),
+                    "scratchpad": draw(st.none() | TEXTS),
+                }
+                events.append(WorkingSet(**env, body=body))
             case "say":
                 env["session_id"] = draw(st.none() | SESSIONS)
                 role = draw(st.sampled_from(["user", "assistant", "system", "tool"]))
@@ -270,7 +279,7 @@ def test_generated_logs_are_interesting() -> None:
 
     look()
     assert {"session.started", "session.ended", "interaction.recorded", "tool.called"} <= seen
-    assert {"tool.result", "fact.asserted", "clock.tick"} <= seen
+    assert {"tool.result", "fact.asserted", "clock.tick", "working.set"} <= seen
     assert dup_seen
 
 
@@ -429,6 +438,23 @@ def reference_turn(event: Event, params: WorkingParams) -> Entry | None:
     return None
 
 
+def reference_set(session: dict[str, Any], event: WorkingSet, params: WorkingParams) -> None:
+    """``working.set`` as its body documents it: only what is given changes."""
+    body = event.body
+    if body.task is not None:
+        session["task"] = body.task if body.task else None
+    for key, value in body.variables.items():
+        if value is None:
+            session["vars"].pop(key, None)
+        else:
+            session["vars"][key] = value
+    if body.scratchpad is not None:
+        pad = body.scratchpad
+        if len(pad) > params.offload_chars:
+            pad = offload(pad, str(event.event_id), params.offload_head_tokens)
+        session["pad"] = pad if pad else None
+
+
 def cost(entries: Sequence[Entry]) -> int:
     return sum(estimate_tokens(content) for _, _, content, _ in entries)
 
@@ -477,7 +503,15 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
     seen: set[UUID] = set()
 
     def fresh(at: datetime) -> dict[str, Any]:
-        return {"turns": [], "task": None, "dropped": 0, "compressed": 0, "last": at}
+        return {
+            "turns": [],
+            "task": None,
+            "vars": {},
+            "pad": None,
+            "dropped": 0,
+            "compressed": 0,
+            "last": at,
+        }
 
     for event in log:
         sid, at = event.session_id, event.occurred_at
@@ -489,7 +523,7 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
             for s in idle:
                 del sessions[s]
             if idle:
-                expected.append((None, [], [], 0, 0, 0, None, True, idle, []))
+                expected.append((None, [], [], 0, 0, 0, None, {}, None, True, idle, []))
             continue
         if sid is None:
             continue
@@ -497,19 +531,26 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
             ended = sessions.pop(sid, None)
             if ended is not None:
                 held = len(ended["turns"])
-                expected.append((sid, [], [], held, 0, 0, ended["task"], True, [], []))
+                gone = (ended["task"], ended["vars"], ended["pad"])
+                expected.append((sid, [], [], held, 0, 0, *gone, True, [], []))
             continue
         stale = sid in sessions and at - sessions[sid]["last"] > ttl
-        cleared_task, held = None, 0
+        cleared_held: tuple[Any, ...] = (None, {}, None)
+        held = 0
         if stale:
             cleared = sessions.pop(sid)
-            cleared_task, held = cleared["task"], len(cleared["turns"])
+            cleared_held = (cleared["task"], cleared["vars"], cleared["pad"])
+            held = len(cleared["turns"])
         added: list[Entry] = []
         summary: list[Entry] = []
         evicted = 0
         if isinstance(event, SessionStarted):
             session = sessions.setdefault(sid, fresh(at))
             session["task"] = event.body.task
+            session["last"] = max(session["last"], at)
+        elif isinstance(event, WorkingSet):
+            session = sessions.setdefault(sid, fresh(at))
+            reference_set(session, event, params)
             session["last"] = max(session["last"], at)
         elif (turn := reference_turn(event, params)) is not None:
             session = sessions.setdefault(sid, fresh(at))
@@ -525,12 +566,13 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
             session["compressed" if summary else "dropped"] += folded
             session["turns"] = turns
         elif stale:
-            expected.append((sid, [], [], held, 0, 0, cleared_task, True, [], []))
+            expected.append((sid, [], [], held, 0, 0, *cleared_held, True, [], []))
             continue
         else:
             continue
         turns = list(session["turns"])
         row = [sid, summary, added, evicted, len(turns), cost(turns), session["task"]]
+        row += [dict(session["vars"]), session["pad"]]
         if stale:
             row[3] = held
         expected.append((*row, stale, [], turns))
@@ -568,6 +610,8 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
                     body.size,
                     body.tokens,
                     body.task,
+                    body.variables,
+                    body.scratchpad,
                     body.cleared,
                     body.expired,
                     entries(working),
@@ -580,12 +624,21 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
         s.session_id: (
             [(t.event_id, t.role, t.content, t.offloaded) for t in s.turns],
             s.task,
+            s.variables,
+            s.scratchpad,
             s.dropped,
             s.compressed,
         )
         for s in memory.state().sessions
     }
     assert final == {
-        sid: (session["turns"], session["task"], session["dropped"], session["compressed"])
+        sid: (
+            session["turns"],
+            session["task"],
+            session["vars"],
+            session["pad"],
+            session["dropped"],
+            session["compressed"],
+        )
         for sid, session in sessions.items()
     }

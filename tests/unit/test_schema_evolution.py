@@ -17,7 +17,7 @@ import fastavro
 import pytest
 
 import schemas
-from schemas import BadEvent, Codec, InteractionRecorded
+from schemas import BadEvent, Codec, InteractionRecorded, WorkingUpdated
 from schemas.avro import AVSC_DIR, MAGIC, avro_schema, fingerprint, load_writer_schemas
 
 AT = datetime(2024, 3, 1, 9, 15, 0, 125_000, tzinfo=UTC)
@@ -179,3 +179,43 @@ def test_files_of_unknown_types_are_ignored(tmp_path: Path) -> None:
     codec = Codec(avsc_dir=tmp_path)
     assert fingerprint(older_schema()) not in codec.writers
     assert len(codec.writers) == len(schemas.ALL_TYPES)  # only the current schemas
+
+
+def test_working_updated_v1_bytes_read_as_v2_without_a_scratchpad() -> None:
+    """The committed v1 contract of ``working.updated`` (before ``scratchpad``) still
+    decodes, with the new field at its default: derived events already on a topic
+    survive the upgrade."""
+    v1 = json.loads((AVSC_DIR / "working.updated.v1.avsc").read_text(encoding="utf-8"))
+    assert "scratchpad" not in [f["name"] for f in body_fields(v1)]
+    written = {
+        "event_id": str(EVENT_ID),
+        "type": "working.updated",
+        "agent_id": "agent-7",
+        "session_id": "s-1",
+        "user_id": None,
+        "occurred_at": AT,
+        "schema_version": 1,
+        "source_event_id": str(EVENT_ID),
+        "seq": 4,
+        "idx": 0,
+        "config_version": "c1",
+        "body": {
+            "added": [],
+            "evicted": 0,
+            "prepended": [],
+            "size": 0,
+            "tokens": 0,
+            "task": "订酒店",
+            "variables": {"city": "Kyoto"},
+            "cleared": False,
+            "expired": [],
+        },
+    }
+    event = Codec().decode(single_object(v1, written))
+    assert isinstance(event, WorkingUpdated)
+    assert event.schema_version == 1
+    assert (event.body.task, event.body.variables, event.body.scratchpad) == (
+        "订酒店",
+        {"city": "Kyoto"},
+        None,
+    )

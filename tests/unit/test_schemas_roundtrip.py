@@ -23,7 +23,7 @@ from pydantic import AwareDatetime, BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 import schemas
-from schemas import Codec, Event, InteractionRecorded
+from schemas import Codec, Event, InteractionRecorded, WorkingSet
 from schemas.avro import AVSC_DIR, MAGIC, avro_schema, avsc_name, fingerprint, write_avsc
 
 CODEC = Codec()
@@ -145,6 +145,8 @@ def strategy_for(tp: Any, metadata: list[Any] | None = None) -> st.SearchStrateg
 
 
 _MODEL_STRATEGIES: dict[type[BaseModel], st.SearchStrategy[Any]] = {}
+CHECKED_TOO: dict[type[BaseModel], set[str]] = {WorkingSet: {"session_id"}}
+"""Optional fields that a model's own validator requires (``working.set`` is per session)."""
 
 
 def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
@@ -154,6 +156,9 @@ def model_strategy(model: type[BaseModel]) -> st.SearchStrategy[Any]:
         optional: dict[str, st.SearchStrategy[Any]] = {}
         for name, info in model.model_fields.items():
             value = strategy_for(info.annotation, list(info.metadata))
+            if name in CHECKED_TOO.get(model, ()):
+                required[name] = value.filter(lambda v: v is not None)
+                continue
             (required if info.is_required() else optional)[name] = value
         kwargs = st.fixed_dictionaries(required, optional=optional)
         _MODEL_STRATEGIES[model] = kwargs.map(lambda kw: model(**kw))

@@ -3,6 +3,7 @@ cap, token budget kept by compression, offloaded tool results, idle TTL."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from itertools import count
 from typing import Any
@@ -14,7 +15,9 @@ from processors import AgentMemory, MemoryConfig
 from processors.summary import split_sentences
 from processors.working import WorkingMemory, WorkingParams, estimate_tokens
 from schemas import (
+    BadEvent,
     ClockTicked,
+    Codec,
     DerivedEvent,
     Event,
     FactAsserted,
@@ -25,6 +28,7 @@ from schemas import (
     ToolResult,
     Turn,
     WorkingBody,
+    WorkingSet,
     WorkingUpdated,
 )
 
@@ -73,6 +77,9 @@ class Log:
     def fact(self, session: str | None) -> FactAsserted:
         body = {"namespace": "prefs", "key": "drink", "value": "绿茶"}
         return FactAsserted(**self._env(session), body=body)
+
+    def set(self, session: str, **body: Any) -> WorkingSet:
+        return WorkingSet(**self._env(session), body=body)
 
     def tick(self) -> ClockTicked:
         return ClockTicked(**self._env(None), body={"partition": 0, "interval_s": 60.0})
@@ -769,3 +776,100 @@ def test_compressed_and_offloaded_state_round_trips() -> None:
     for event in [log.say("s", "Thanks, put it in the report."), log.tick()]:
         assert restored.apply(event) == working.apply(event)
     assert restored.state() == working.state()
+
+
+# -- working.set: task, variables, scratchpad ----------------------------------------
+
+
+def test_working_set_changes_only_what_it_gives() -> None:
+    log = Log()
+    events: list[Event] = [
+        log.start("s", task="plan the Kyoto trip"),
+        log.set("s", variables={"city": "Kyoto", "budget": "3000"}),
+        log.set("s", scratchpad="ryokan shortlist: 1. Gion 2. 祇園白川"),
+        log.set("s", task="book the ryokan", variables={"budget": None, "语言": "中文"}),
+    ]
+    memory, derived = fold(events)
+    last = bodies(derived)[-1]
+    assert last.task == "book the ryokan"
+    assert last.variables == {"city": "Kyoto", "语言": "中文"}
+    assert last.scratchpad == "ryokan shortlist: 1. Gion 2. 祇園白川"
+    (state,) = memory.state().sessions
+    assert (state.task, state.variables, state.scratchpad) == (
+        last.task,
+        last.variables,
+        last.scratchpad,
+    )
+    assert [b.variables for b in bodies(derived)][1] == {"city": "Kyoto", "budget": "3000"}
+
+
+def test_working_set_clears_with_empty_text_and_keeps_turns() -> None:
+    log = Log()
+    events: list[Event] = [
+        log.say("s", "hello"),
+        log.set("s", task="draft", scratchpad="notes"),
+        log.set("s", task="", scratchpad=""),
+    ]
+    _, derived = fold(events)
+    last = bodies(derived)[-1]
+    assert (last.task, last.scratchpad) == (None, None)
+    assert (last.added, last.evicted, last.size) == ([], 0, 1)  # turns untouched
+
+
+def test_a_large_scratchpad_keeps_its_head_and_where_the_rest_is() -> None:
+    log = Log()
+    pad = "First the ryokan. " + "Then the temples, one by one. " * 200
+    event = log.set("s", scratchpad=pad)
+    config = MemoryConfig(working=WorkingParams(offload_chars=500))
+    _, derived = fold([event], config)
+    kept = bodies(derived)[0].scratchpad
+    assert kept is not None and len(kept) < 500
+    assert kept.startswith("First the ryokan.")
+    assert kept.endswith(f"[offloaded: {len(pad)} chars, event {event.event_id}]")
+
+
+def test_working_set_is_cleared_with_the_session() -> None:
+    log = Log()
+    events: list[Event] = [
+        log.set("s", task="t", variables={"k": "v"}, scratchpad="p"),
+        log.end("s"),
+        log.say("s", "a new start"),
+    ]
+    memory, derived = fold(events)
+    ended, fresh = bodies(derived)[1:]
+    assert ended.cleared
+    assert (fresh.task, fresh.variables, fresh.scratchpad) == (None, {}, None)
+    (state,) = memory.state().sessions
+    assert (state.task, state.variables, state.scratchpad) == (None, {}, None)
+
+
+def test_working_set_survives_a_state_round_trip() -> None:
+    log = Log()
+    memory, _ = fold([log.set("s", variables={"a": "1"}, scratchpad="pad")])
+    resumed = AgentMemory(
+        type(memory.state()).model_validate_json(memory.state().model_dump_json()), MemoryConfig()
+    )
+    (derived,) = [d for d in resumed.apply(log.set("s", variables={"b": "2"})).derived]
+    assert isinstance(derived, WorkingUpdated)
+    assert (derived.body.variables, derived.body.scratchpad) == ({"a": "1", "b": "2"}, "pad")
+
+
+def test_working_set_needs_a_session() -> None:
+    with pytest.raises(ValueError, match=r"working\.set needs a session_id"):
+        WorkingSet(event_id=UUID(int=1), agent_id=AGENT, occurred_at=T0, body={"task": "t"})
+    sent = {
+        "event_id": str(UUID(int=2)),
+        "type": "working.set",
+        "agent_id": AGENT,
+        "occurred_at": T0.isoformat(),
+        "body": {"scratchpad": "notes"},
+    }
+    with pytest.raises(BadEvent, match=r"working\.set needs a session_id"):
+        Codec().decode(json.dumps(sent).encode())
+
+
+def test_working_set_makes_no_long_term_change() -> None:
+    log = Log()
+    memory = AgentMemory.empty(AGENT, MemoryConfig())
+    step = memory.apply(log.set("s", task="t", scratchpad="x" * 5000))
+    assert [d.type for d in step.derived] == ["working.updated"]
