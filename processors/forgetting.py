@@ -236,6 +236,31 @@ def retention(trace: Trace, at: datetime, params: ForgettingParams) -> float:
     return round(min(max(value, 0.0), 1.0), 6)
 
 
+@dataclass(frozen=True, slots=True)
+class _Reviewed:
+    """What FSRS retrievability reads of a card: its last review and stability."""
+
+    last_review: datetime
+    stability: float
+
+
+def retention_of(
+    strength: float, last_reinforced_at: datetime, at: datetime, params: ForgettingParams
+) -> float:
+    """:func:`retention` of a trace with this strength (``S``, or the FSRS card's
+    stability) whose clock last restarted at ``last_reinforced_at``, at ``at``: the
+    same value, without building the trace (recall scores many candidates)."""
+    at = _instant(at)
+    last = _instant(last_reinforced_at)
+    if params.curve == "fsrs":
+        reviewed = cast(Card, _Reviewed(last, strength))
+        value = _scheduler(params).get_card_retrievability(reviewed, current_datetime=at)
+    else:
+        days = (at - last).total_seconds() / _DAY_SECONDS
+        value = math.exp(-max(days, 0.0) / strength)
+    return round(min(max(value, 0.0), 1.0), 6)
+
+
 def reinforce(trace: Trace, at: datetime, params: ForgettingParams) -> Trace:
     """A recall or positive feedback: a successful review; ``S`` does not shrink."""
     at = max(_instant(at), _latest(trace))

@@ -32,7 +32,8 @@ from typing import Annotated, Self, get_args
 
 from pydantic import Field, model_validator
 
-from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention
+from processors.build import fields, trusted
+from processors.forgetting import ForgettingParams, retention_of
 from schemas.base import Model
 from schemas.derived import Layer
 
@@ -392,24 +393,12 @@ def candidate_retention(
 ) -> float:
     """R at ``now`` of a memory with strength ``S`` reinforced at ``last_reinforced_at``.
 
-    Exactly :func:`processors.forgetting.retention` of the memory's trace: it
-    builds the smallest trace that curve reads (for ``fsrs``, a card whose
-    stability is ``strength`` and whose last review is ``last_reinforced_at``;
-    retrievability reads nothing else) and asks it.
+    Exactly :func:`processors.forgetting.retention` of the memory's trace (for
+    ``fsrs``, a card whose stability is ``strength`` and whose last review is
+    ``last_reinforced_at``: retrievability reads nothing else), computed by
+    :func:`processors.forgetting.retention_of` without building the trace.
     """
-    card = None
-    if forgetting.curve == "fsrs":
-        card = FsrsCard(
-            card_id=0,
-            state=2,  # fsrs.State.Review
-            step=None,
-            stability=strength,
-            difficulty=None,
-            due=last_reinforced_at,
-            last_review=last_reinforced_at,
-        )
-    trace = Trace(strength_days=strength, last_reinforced_at=last_reinforced_at, card=card)
-    return retention(trace, now, forgetting)
+    return retention_of(strength, last_reinforced_at, now, forgetting)
 
 
 def score(
@@ -433,15 +422,19 @@ def score(
         + weights.recency * recency
         + weights.importance * importance
     )
-    return ScoredMemory(
-        id=candidate.id,
-        score=min(total / weights.total, 1.0),
-        relevance=relevance,
-        retention=kept,
-        recency=recency,
-        importance=importance,
-        rrf=candidate.rrf,
-    )
+    values = {
+        "id": candidate.id,
+        "score": min(total / weights.total, 1.0),
+        "relevance": relevance,
+        "retention": kept,
+        "recency": recency,
+        "importance": importance,
+        "rrf": candidate.rrf,
+    }
+    return trusted(ScoredMemory, values, _SCORED_GIVEN)  # each part is in [0, 1] by its making
+
+
+_SCORED_GIVEN = fields(ScoredMemory.model_fields)
 
 
 def rank(
