@@ -38,7 +38,7 @@ class EpisodeParams(Model):
     idle_gap_s: Annotated[float, Field(gt=0)] = 1800.0
     max_turns: Annotated[int, Field(ge=1)] = 20
     single_turn_importance: Annotated[float, Field(ge=1, le=10)] = 8.0
-    summary_chars: Annotated[int, Field(ge=40)] = 280
+    summary_chars: Annotated[int, Field(ge=40)] = 600
 
 
 class EpisodeTurn(Model):

@@ -300,8 +300,10 @@ class RecallWeights(Model):
     in ``[0, 1]`` too and a weight of 0 removes its part:
 
     * ``relevance`` (1.0): the candidate's :func:`rrf` score over
-      ``rankings`` lists (2: dense and sparse) fused with ``rrf_k`` (60), divided
-      by the largest possible one (:func:`max_rrf`), capped at 1;
+      ``rankings`` lists (2: dense and sparse) fused with ``rrf_k`` (5), divided
+      by the largest possible one (:func:`max_rrf`), capped at 1. A small ``k``
+      keeps the ranks apart: with the customary 60, first and fifth place differ
+      by 6 % of relevance and the other parts decide the order instead;
     * ``retention`` (0.3): the forgetting curve's R at query time
       (:func:`candidate_retention`); 1.0 for L3 or promoted memories;
     * ``recency`` (0.1): ``0.5 ** (age / recency_half_life_days)`` (7 days), the
@@ -317,7 +319,7 @@ class RecallWeights(Model):
     recency: Weight = 0.1
     importance: Weight = 0.1
     recency_half_life_days: Annotated[float, Field(gt=0, le=36_500)] = 7.0
-    rrf_k: Annotated[int, Field(ge=0, le=1_000_000)] = 60
+    rrf_k: Annotated[int, Field(ge=0, le=1_000_000)] = 5
     rankings: Annotated[int, Field(ge=1, le=1000)] = 2
 
     @model_validator(mode="after")

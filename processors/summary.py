@@ -76,8 +76,10 @@ def summarise(
 
     Each sentence scores ``summary_tf_weight`` · tf + ``summary_position_weight`` ·
     (1 − position / sentences) + ``summary_importance_weight`` · (importance − 1) / 9,
-    where tf = Σ ln(frequency in the episode) over the sentence's distinct content
-    tokens (:func:`tokenize` minus :data:`STOPWORDS`) / √(their number), scaled so
+    where tf = Σ ln(frequency) over the sentence's distinct content tokens
+    (:func:`tokenize` minus :data:`STOPWORDS`) / √(their number), a token's frequency
+    being the number of distinct sentences of the episode that hold it (a sentence
+    said again verbatim, like a stock reply, does not raise its own), scaled so
     the best sentence has 1, and importance comes from
     :func:`~processors.scoring.score_text`. Sentences without content tokens are
     left out unless nothing else is left. The best sentences are taken greedily
@@ -134,7 +136,8 @@ def _is_stop(token: str) -> bool:
 
 def _scores(sentences: Sequence[_Sentence], params: ScoringParams) -> dict[int, float]:
     """Position -> score of each sentence (see :func:`summarise`)."""
-    frequency = Counter(term for s in sentences for term in s.terms)
+    distinct = {s.text: s.terms for s in sentences}  # a repeated sentence is not a topic
+    frequency = Counter(term for terms in distinct.values() for term in terms)
     tf = {s.position: _tf(s.terms, frequency) for s in sentences}
     top = max(tf.values()) or 1.0
     count = sentences[-1].position + 1

@@ -337,7 +337,7 @@ def conversation(agent: str, memories: list[dict[str, str]]) -> list[Event]:
                 body={"role": "assistant", "content": "Got it, I'll keep that in mind."},
             )
         )
-        if n % 5 == 4:
+        if n % 5 == 4 or n == len(memories) - 1:  # the last session ends too
             events.append(
                 make_event(
                     "session.ended",

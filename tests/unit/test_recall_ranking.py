@@ -295,7 +295,7 @@ def test_rrf_refuses_negative_k() -> None:
 def cand(memory_id: str = "m", **changes: Any) -> Candidate:
     base = Candidate(
         id=memory_id,
-        rrf=max_rrf(2) / 2,
+        rrf=max_rrf(2, WEIGHTS.rrf_k) / 2,
         importance=5.0,
         strength=10.0,
         reinforcements=0,
@@ -332,7 +332,9 @@ def test_score_parts_have_their_documented_values() -> None:
 
 
 def test_relevance_is_normalised_and_capped() -> None:
-    top = score(cand(rrf=max_rrf(2)), now=NOW, weights=WEIGHTS, forgetting=FORGETTING)
+    top = score(
+        cand(rrf=max_rrf(2, WEIGHTS.rrf_k)), now=NOW, weights=WEIGHTS, forgetting=FORGETTING
+    )
     over = score(cand(rrf=1.0), now=NOW, weights=WEIGHTS, forgetting=FORGETTING)
     none = score(cand(rrf=0.0), now=NOW, weights=WEIGHTS, forgetting=FORGETTING)
     assert (top.relevance, over.relevance, none.relevance) == (1.0, 1.0, 0.0)
