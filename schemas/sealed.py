@@ -1,0 +1,246 @@
+"""Sealed events: an event that only its subject's data key opens (crypto-shredding).
+
+An event's *subject* is its ``user_id``, or its ``agent_id`` when it has no user.
+Sealing keeps the envelope in clear — what routing, ordering and analytics need:
+event id, type, agent, session, user, event time, and for a derived event its
+``seq``/``idx`` — and encrypts the event's ordinary single-object bytes (envelope
+and body) with AES-256-GCM under the subject's current data key. Destroying every
+data key of a subject makes all of its sealed events unreadable for good, wherever
+copies of the bytes live (topics, archives, backups), while the others' events open
+as before.
+
+Wire format: Avro single-object encoding (``C3 01``, fingerprint, binary body) of
+the record :data:`SEALED_SCHEMA` (``schemas/avsc/wrappers/sealed.v1.avsc``). The
+additional authenticated data binds the ciphertext to the clear envelope (event id, type, agent,
+subject, key id), so it cannot be moved to another event or subject; the opened
+event must also match the clear envelope field for field.
+
+Contract of :meth:`Sealer.open`: it returns the event, or raises :class:`Shredded`
+when the subject's key was destroyed (the event is gone for good: skip it),
+:class:`UnknownKey` when the key is not known *yet* (a transient state: refresh the
+keyring and try again) or :class:`~schemas.errors.BadEvent` for bytes that are not
+a well-formed sealed event, do not authenticate, or do not match their envelope.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+import fastavro
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from schemas.avro import MAGIC, fingerprint
+from schemas.base import DerivedEvent, Event
+from schemas.codec import Codec
+from schemas.errors import BadEvent
+
+SEALED_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "engram.Sealed",
+    "doc": "An engram event encrypted under its subject's data key; the envelope stays clear.",
+    "fields": [
+        {"name": "event_id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "type", "type": "string"},
+        {"name": "agent_id", "type": "string"},
+        {"name": "session_id", "type": ["null", "string"], "default": None},
+        {"name": "user_id", "type": ["null", "string"], "default": None},
+        {"name": "occurred_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "seq", "type": ["null", "long"], "default": None},
+        {"name": "idx", "type": ["null", "long"], "default": None},
+        {"name": "subject", "type": "string"},
+        {"name": "key_id", "type": "string"},
+        {"name": "nonce", "type": "bytes"},
+        {"name": "ciphertext", "type": "bytes"},
+    ],
+}
+_PARSED = fastavro.parse_schema(SEALED_SCHEMA)
+SEALED_HEADER = MAGIC + fingerprint(SEALED_SCHEMA)
+"""The first 10 bytes of every sealed event."""
+
+OVERHEAD = 1024
+"""Bytes a sealed event may exceed the codec's size limit by (envelope, nonce, tag)."""
+
+
+def subject_of(event: Event) -> str:
+    """Whose data key seals ``event``: its user, else its agent."""
+    return event.user_id or event.agent_id
+
+
+def is_sealed(raw: bytes) -> bool:
+    return raw[:10] == SEALED_HEADER
+
+
+@dataclass(frozen=True)
+class SealedEnvelope:
+    """The clear part of a sealed event: readable without any key."""
+
+    event_id: UUID
+    type: str
+    agent_id: str
+    session_id: str | None
+    user_id: str | None
+    occurred_at: datetime
+    seq: int | None
+    idx: int | None
+    subject: str
+    key_id: str
+
+
+class Shredded(Exception):
+    """The subject's data key was destroyed: the event can never be opened again."""
+
+    def __init__(self, envelope: SealedEnvelope) -> None:
+        super().__init__(
+            f"{envelope.type} {envelope.event_id}: subject {envelope.subject!r} erased"
+        )
+        self.envelope = envelope
+
+
+class UnknownKey(Exception):
+    """The data key is not in the keyring (yet): refresh it and try again."""
+
+    def __init__(self, envelope: SealedEnvelope) -> None:
+        super().__init__(
+            f"{envelope.type} {envelope.event_id}: no data key {envelope.key_id!r}"
+            f" for subject {envelope.subject!r}"
+        )
+        self.envelope = envelope
+
+
+class Keyring(Protocol):
+    """Where data keys come from. ``data_key`` returns the subject's current key
+    (making one if it has none); ``find`` a given key, or None when it is unknown or
+    destroyed; ``destroyed`` tells the two apart."""
+
+    def data_key(self, subject: str) -> tuple[str, bytes]: ...
+
+    def find(self, subject: str, key_id: str) -> bytes | None: ...
+
+    def destroyed(self, subject: str, key_id: str) -> bool: ...
+
+
+def _aad(event_id: str, kind: str, agent_id: str, subject: str, key_id: str) -> bytes:
+    return "\x00".join(("engram.sealed.v1", event_id, kind, agent_id, subject, key_id)).encode()
+
+
+class Sealer:
+    """Seals and opens events with the keys of ``keyring``; ``codec`` encodes and
+    decodes the events inside (its size limit applies to them)."""
+
+    def __init__(self, codec: Codec, keyring: Keyring) -> None:
+        self.codec = codec
+        self.keyring = keyring
+
+    def seal(self, event: Event) -> bytes:
+        """The sealed bytes of ``event`` under its subject's current data key."""
+        inner = self.codec.encode(event)
+        subject = subject_of(event)
+        key_id, key = self.keyring.data_key(subject)
+        nonce = os.urandom(12)
+        aad = _aad(str(event.event_id), event.type, event.agent_id, subject, key_id)
+        record = {
+            "event_id": str(event.event_id),
+            "type": event.type,
+            "agent_id": event.agent_id,
+            "session_id": event.session_id,
+            "user_id": event.user_id,
+            "occurred_at": event.occurred_at,
+            "seq": event.seq if isinstance(event, DerivedEvent) else None,
+            "idx": event.idx if isinstance(event, DerivedEvent) else None,
+            "subject": subject,
+            "key_id": key_id,
+            "nonce": nonce,
+            "ciphertext": AESGCM(key).encrypt(nonce, inner, aad),
+        }
+        buffer = io.BytesIO()
+        buffer.write(SEALED_HEADER)
+        fastavro.schemaless_writer(buffer, _PARSED, record)
+        return buffer.getvalue()
+
+    def envelope(self, raw: bytes) -> SealedEnvelope:
+        """The clear envelope of sealed bytes; BadEvent if they are not well formed."""
+        return _envelope(self._record(raw))
+
+    def open(self, raw: bytes) -> Event:
+        """The event inside ``raw`` (see the module's contract)."""
+        record = self._record(raw)
+        envelope = _envelope(record)
+        key = self.keyring.find(envelope.subject, envelope.key_id)
+        if key is None:
+            if self.keyring.destroyed(envelope.subject, envelope.key_id):
+                raise Shredded(envelope)
+            raise UnknownKey(envelope)
+        aad = _aad(
+            str(envelope.event_id),
+            envelope.type,
+            envelope.agent_id,
+            envelope.subject,
+            envelope.key_id,
+        )
+        try:
+            inner = AESGCM(key).decrypt(record["nonce"], record["ciphertext"], aad)
+        except (InvalidTag, ValueError):
+            raise BadEvent(f"sealed {envelope.type} does not authenticate", raw) from None
+        event = self.codec.decode(inner)
+        if _envelope_of(event, envelope.subject, envelope.key_id) != envelope:
+            raise BadEvent(f"sealed {envelope.type} does not match its clear envelope", raw)
+        return event
+
+    def _record(self, raw: bytes) -> dict[str, Any]:
+        if not is_sealed(raw):
+            raise BadEvent("not a sealed event (header)", raw)
+        if len(raw) > self.codec.max_bytes + OVERHEAD:
+            raise BadEvent(f"sealed event of {len(raw)} bytes is over the size limit", raw)
+        buffer = io.BytesIO(raw[10:])
+        try:
+            record = fastavro.schemaless_reader(buffer, _PARSED, None)
+        except Exception as error:  # fastavro raises many types on bad bytes
+            raise BadEvent(f"malformed sealed event: {error!r}", raw) from None
+        if not isinstance(record, dict) or buffer.tell() != len(raw) - 10:
+            raise BadEvent("malformed sealed event: trailing bytes", raw)
+        if len(record["nonce"]) != 12:
+            raise BadEvent("malformed sealed event: nonce is not 12 bytes", raw)
+        return record
+
+
+def _envelope(record: dict[str, Any]) -> SealedEnvelope:
+    try:
+        event_id = UUID(str(record["event_id"]))
+    except ValueError:
+        raise BadEvent(f"malformed sealed event: event_id {record['event_id']!r}") from None
+    return SealedEnvelope(
+        event_id=event_id,
+        type=record["type"],
+        agent_id=record["agent_id"],
+        session_id=record["session_id"],
+        user_id=record["user_id"],
+        occurred_at=record["occurred_at"],
+        seq=record["seq"],
+        idx=record["idx"],
+        subject=record["subject"],
+        key_id=record["key_id"],
+    )
+
+
+def _envelope_of(event: Event, subject: str, key_id: str) -> SealedEnvelope:
+    seq = idx = None
+    if isinstance(event, DerivedEvent):
+        seq, idx = event.seq, event.idx
+    return SealedEnvelope(
+        event_id=event.event_id,
+        type=event.type,
+        agent_id=event.agent_id,
+        session_id=event.session_id,
+        user_id=event.user_id,
+        occurred_at=event.occurred_at,
+        seq=seq,
+        idx=idx,
+        subject=subject if subject == subject_of(event) else f"<{subject_of(event)}>",
+        key_id=key_id,
+    )

@@ -1,0 +1,108 @@
+"""The data keys on a real broker: created once per subject, read back by a fresh
+reader, destroyed for good (a marker, so a later reader knows), and two writers
+racing for one subject keep both keys."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from ops.topics import TopicSpec, ensure_topics
+from schemas import Codec, InteractionRecorded
+from schemas.sealed import Sealer, Shredded
+from sinks.keys import KafkaKeyring, MasterKey
+
+pytestmark = pytest.mark.integration
+COMPACTED = {"cleanup.policy": "compact"}
+
+
+def event(user: str, text: str) -> InteractionRecorded:
+    return InteractionRecorded(
+        event_id=uuid.uuid4(),
+        agent_id="key-bot",
+        session_id="s",
+        user_id=user,
+        occurred_at=datetime(2026, 11, 2, tzinfo=UTC),
+        body={"role": "user", "content": text},
+    )
+
+
+async def keyring(broker: str, topic: str, master: MasterKey) -> KafkaKeyring:
+    ring = KafkaKeyring(broker, topic, master)
+    await ring.start()
+    return ring
+
+
+def test_keys_survive_readers_and_destruction_is_final(broker: str) -> None:
+    async def scenario() -> None:
+        topic = f"engram.keys.test-{uuid.uuid4().hex[:8]}"
+        await ensure_topics(broker, [TopicSpec(topic, 1, COMPACTED)])
+        master = MasterKey(secrets.token_bytes(32))
+        writer = await keyring(broker, topic, master)
+        try:
+            await writer.ensure(["mei", "sam", "mei"])
+            mei_key = writer.data_key("mei")
+            await writer.ensure(["mei"])  # already has one: nothing new
+            assert writer.data_key("mei") == mei_key and len(writer.live("mei")) == 1
+            sealed = {
+                u: Sealer(Codec(), writer).seal(event(u, f"{u}: 我的秘密")) for u in ("mei", "sam")
+            }
+
+            reader = await keyring(broker, topic, master)  # a worker starting later
+            try:
+                assert reader.data_key("mei") == mei_key
+                assert Sealer(Codec(), reader).open(sealed["mei"]).user_id == "mei"
+                destroyed = await writer.destroy("mei")
+                assert destroyed == [mei_key[0]]
+                await reader.refresh()
+                with pytest.raises(Shredded):
+                    Sealer(Codec(), reader).open(sealed["mei"])
+                assert Sealer(Codec(), reader).open(sealed["sam"]).user_id == "sam"
+            finally:
+                await reader.stop()
+
+            late = await keyring(broker, topic, master)  # reads the markers, not the keys
+            try:
+                assert late.erased() == ["mei"]
+                assert late.destroyed("mei", mei_key[0])
+                with pytest.raises(Shredded):
+                    Sealer(Codec(), late).open(sealed["mei"])
+                await late.ensure(["mei"])  # mei comes back: a new key for new events
+                assert late.data_key("mei")[0] != mei_key[0]
+            finally:
+                await late.stop()
+        finally:
+            await writer.stop()
+
+    asyncio.run(scenario())
+
+
+def test_two_writers_racing_for_a_subject_keep_both_keys(broker: str) -> None:
+    async def scenario() -> None:
+        topic = f"engram.keys.test-{uuid.uuid4().hex[:8]}"
+        await ensure_topics(broker, [TopicSpec(topic, 1, COMPACTED)])
+        master = MasterKey(secrets.token_bytes(32))
+        first, second = await keyring(broker, topic, master), await keyring(broker, topic, master)
+        try:
+            await asyncio.gather(first.ensure(["ana"]), second.ensure(["ana"]))
+            a, b = first.data_key("ana"), second.data_key("ana")
+            assert a[0] != b[0]
+            sealed = [Sealer(Codec(), ring).seal(event("ana", "x")) for ring in (first, second)]
+            await first.refresh()
+            assert sorted(first.live("ana")) == sorted([a[0], b[0]])
+            for raw in sealed:
+                Sealer(Codec(), first).open(raw)  # either key opens
+            assert sorted(await first.destroy("ana")) == sorted([a[0], b[0]])
+            await second.refresh()
+            for raw in sealed:
+                with pytest.raises(Shredded):
+                    Sealer(Codec(), second).open(raw)
+        finally:
+            await first.stop()
+            await second.stop()
+
+    asyncio.run(scenario())

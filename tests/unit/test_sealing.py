@@ -1,0 +1,207 @@
+"""Sealed events (crypto-shredding): the envelope stays readable, the content opens
+only with the subject's data key, and a destroyed key makes it unreadable for good."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import schemas
+from schemas import BadEvent, Codec, Event, InteractionRecorded
+from schemas.avro import AVSC_DIR, MAGIC, fingerprint
+from schemas.sealed import (
+    SEALED_HEADER,
+    SEALED_SCHEMA,
+    Sealer,
+    Shredded,
+    UnknownKey,
+    is_sealed,
+    subject_of,
+)
+from sinks.keys import KeyBook, KeyStoreError, MasterKey
+from tests.unit.test_schemas_roundtrip import model_strategy
+
+AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+SECRET = "我对花生过敏 — severely allergic to peanuts"
+SEALING = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def book(*subjects: str) -> KeyBook:
+    keys = KeyBook()
+    for subject in subjects:
+        keys.keys[subject] = {secrets.token_hex(8): secrets.token_bytes(32)}
+    return keys
+
+
+def said(user: str | None = "mei", agent: str = "travel-bot", i: int = 1) -> InteractionRecorded:
+    return InteractionRecorded(
+        event_id=UUID(int=i),
+        agent_id=agent,
+        session_id="s1",
+        user_id=user,
+        occurred_at=AT,
+        body={"role": "user", "content": SECRET},
+    )
+
+
+def rewrite(raw: bytes, **changes: Any) -> bytes:
+    """The sealed record of ``raw`` with some clear fields changed, re-encoded."""
+    parsed = fastavro.parse_schema(SEALED_SCHEMA)
+    record = fastavro.schemaless_reader(io.BytesIO(raw[10:]), parsed, None)
+    assert isinstance(record, dict)
+    record.update(changes)
+    out = io.BytesIO()
+    out.write(SEALED_HEADER)
+    fastavro.schemaless_writer(out, parsed, record)
+    return out.getvalue()
+
+
+def test_a_sealed_event_opens_to_itself_and_hides_its_content() -> None:
+    sealer = Sealer(Codec(), book("mei"))
+    event = said()
+    raw = sealer.seal(event)
+    assert is_sealed(raw)
+    assert SECRET.encode() not in raw and "花生".encode() not in raw
+    assert sealer.open(raw) == event
+    envelope = sealer.envelope(raw)
+    assert (envelope.event_id, envelope.type, envelope.agent_id, envelope.user_id) == (
+        event.event_id,
+        "interaction.recorded",
+        "travel-bot",
+        "mei",
+    )
+    assert envelope.subject == "mei" and envelope.occurred_at == AT
+
+
+def test_the_subject_is_the_user_else_the_agent() -> None:
+    assert subject_of(said(user="mei")) == "mei"
+    assert subject_of(said(user=None)) == "travel-bot"
+    sealer = Sealer(Codec(), book("travel-bot"))
+    assert sealer.envelope(sealer.seal(said(user=None))).subject == "travel-bot"
+
+
+def test_sealing_twice_gives_different_bytes_that_open_alike() -> None:
+    sealer = Sealer(Codec(), book("mei"))
+    first, second = sealer.seal(said()), sealer.seal(said())
+    assert first != second  # a fresh nonce each time
+    assert sealer.open(first) == sealer.open(second)
+
+
+def test_a_destroyed_key_shreds_only_its_subject() -> None:
+    keys = book("mei", "sam")
+    sealer = Sealer(Codec(), keys)
+    mine, theirs = sealer.seal(said("mei", i=1)), sealer.seal(said("sam", i=2))
+    for key_id in keys.live("mei"):
+        keys.keys["mei"][key_id] = None
+    with pytest.raises(Shredded) as shredded:
+        sealer.open(mine)
+    assert shredded.value.envelope.subject == "mei"
+    assert sealer.open(theirs).user_id == "sam"
+    assert keys.erased() == ["mei"]
+
+
+def test_an_unknown_key_is_not_a_destroyed_one() -> None:
+    raw = Sealer(Codec(), book("mei")).seal(said())
+    with pytest.raises(UnknownKey):
+        Sealer(Codec(), KeyBook()).open(raw)
+
+
+def test_tampering_is_refused() -> None:
+    sealer = Sealer(Codec(), book("mei", "sam"))
+    raw = sealer.seal(said("mei", i=1))
+    flipped = bytearray(raw)
+    flipped[-5] ^= 0x40
+    with pytest.raises(BadEvent, match="does not authenticate"):
+        sealer.open(bytes(flipped))
+    with pytest.raises(BadEvent, match="does not authenticate"):
+        sealer.open(rewrite(raw, agent_id="other-bot"))
+    other = sealer.seal(said("mei", i=2))
+    with pytest.raises(BadEvent, match="does not authenticate"):
+        sealer.open(rewrite(other, ciphertext=rewrite_field(raw, "ciphertext")))
+    with pytest.raises(BadEvent, match="does not match its clear envelope"):
+        sealer.open(rewrite(raw, session_id="another-session"))
+    with pytest.raises(BadEvent, match="trailing bytes"):
+        sealer.open(raw + b"\x00")
+    with pytest.raises(BadEvent, match="malformed sealed event"):
+        sealer.open(raw[:-3])
+
+
+def rewrite_field(raw: bytes, name: str) -> Any:
+    record = fastavro.schemaless_reader(
+        io.BytesIO(raw[10:]), fastavro.parse_schema(SEALED_SCHEMA), None
+    )
+    assert isinstance(record, dict)
+    return record[name]
+
+
+@SEALING
+@given(data=st.data(), kind=st.sampled_from(schemas.ALL_TYPES))
+def test_every_event_type_seals_and_opens(data: st.DataObject, kind: type[Event]) -> None:
+    event = data.draw(model_strategy(kind))
+    keys = book(subject_of(event))
+    sealer = Sealer(Codec(), keys)
+    raw = sealer.seal(event)
+    assert sealer.open(raw) == event
+    envelope = sealer.envelope(raw)
+    assert (envelope.seq, envelope.idx) == (
+        getattr(event, "seq", None),
+        getattr(event, "idx", None),
+    )
+    assert (envelope.event_id, envelope.type, envelope.subject) == (
+        event.event_id,
+        event.type,
+        subject_of(event),
+    )
+
+
+@SEALING
+@given(junk=st.binary(max_size=300))
+def test_junk_after_the_header_is_refused_with_a_typed_error(junk: bytes) -> None:
+    sealer = Sealer(Codec(), book("mei"))
+    with pytest.raises((BadEvent, UnknownKey)):  # nothing else, and never an event
+        sealer.open(SEALED_HEADER + junk)
+
+
+def test_the_master_key_wraps_and_binds_data_keys(tmp_path: Any) -> None:
+    master = MasterKey.from_file(tmp_path / "master.key", create=True)
+    assert (tmp_path / "master.key").stat().st_mode & 0o777 == 0o600
+    key = secrets.token_bytes(32)
+    wrapped = master.wrap("mei", "k1", key)
+    assert master.unwrap("mei", "k1", wrapped) == key
+    with pytest.raises(KeyStoreError, match="does not unwrap"):
+        master.unwrap("sam", "k1", wrapped)  # bound to its subject
+    with pytest.raises(KeyStoreError, match="does not unwrap"):
+        MasterKey(secrets.token_bytes(32)).unwrap("mei", "k1", wrapped)
+    with pytest.raises(ValueError, match="32 bytes"):
+        MasterKey.from_base64("c2hvcnQ=")
+
+
+def test_a_destroyed_key_stays_destroyed_in_the_book() -> None:
+    master = MasterKey(secrets.token_bytes(32))
+    keys = KeyBook()
+    wrapped = master.wrap("mei", "k1", secrets.token_bytes(32))
+    live = b'{"v": 1, "state": "live", "wrapped": "%s"}' % base64.b64encode(wrapped)
+    keys.apply(b"mei\x1fk1", live, master)
+    assert keys.find("mei", "k1") is not None
+    keys.apply(b"mei\x1fk1", b'{"v": 1, "state": "destroyed"}', master)
+    keys.apply(b"mei\x1fk1", live, master)  # a late copy of the live record
+    assert keys.find("mei", "k1") is None and keys.destroyed("mei", "k1")
+    with pytest.raises(LookupError, match="no live data key"):
+        keys.data_key("mei")
+
+
+def test_the_committed_contract_is_the_sealed_schema() -> None:
+    committed = json.loads((AVSC_DIR / "wrappers" / "sealed.v1.avsc").read_text(encoding="utf-8"))
+    assert committed == SEALED_SCHEMA
+    assert MAGIC + fingerprint(committed) == SEALED_HEADER
+    assert SEALED_HEADER not in {t.header for t in Codec().avro.values()}
