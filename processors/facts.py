@@ -109,7 +109,7 @@ class Facts:
             "confidence": body.confidence,
         }
         versions.append(trusted(FactVersion, version, _VERSION_GIVEN))
-        return _set(body.namespace, body.key, body.value, start, previous)
+        return _set(body.namespace, body.key, body.value, start, previous, body.confidence)
 
     def _retract(self, event: FactRetracted) -> FactSetBody | None:
         body = event.body
@@ -168,16 +168,22 @@ _SET_GIVEN = fields({"namespace", "key", "value", "valid_from", "previous_value"
 
 
 def _set(
-    namespace: str, key: str, value: str | None, start: datetime, previous: FactVersion | None
+    namespace: str,
+    key: str,
+    value: str | None,
+    start: datetime,
+    previous: FactVersion | None,
+    confidence: float | None = None,
 ) -> FactSetBody:
-    """``fact.set``: ``key`` is ``value`` (None: retracted) from ``start`` on."""
+    """``fact.set``: ``key`` is ``value`` (None: retracted) from ``start`` on, asserted
+    with ``confidence`` (None: not given, and always for a retraction)."""
     values = {
         "namespace": namespace,
         "key": key,
         "value": value,
         "valid_from": start,
         "previous_value": previous.value if previous else None,
-        "confidence": None,
+        "confidence": confidence,
     }
     return trusted(FactSetBody, values, _SET_GIVEN)
 

@@ -3,6 +3,7 @@ and "the value as of T" is the one asserted last at or before T and not retracte
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -133,6 +134,7 @@ def test_history_is_kept_and_confidence_recorded() -> None:
     assert [v.value for v in facts.history("user", "city")] == ["a", "b", "c", "d"]
     assert facts.history("user", "city")[-1].confidence == 0.5
     assert facts.history("user", "city")[0].confidence is None
+    assert [json.loads(c)["confidence"] for c in changes] == [None, None, None, 0.5]  # fact.set too
 
 
 def test_list_current_is_by_namespace_and_key() -> None:
