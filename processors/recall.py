@@ -224,9 +224,11 @@ SparseVector = tuple[list[int], list[float]]
 TERM_INDEX_BITS = 31
 
 
+@lru_cache(maxsize=1 << 16)
 def term_index(term: str) -> int:
     """The sparse index of ``term``: the first 4 bytes of BLAKE2b of its UTF-8,
-    big-endian, top bit cleared; in ``[0, 2**31)`` and the same in every process."""
+    big-endian, top bit cleared; in ``[0, 2**31)`` and the same in every process
+    (remembered for the most recent terms: a vocabulary repeats)."""
     digest = hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest()
     return int.from_bytes(digest, "big") & ((1 << TERM_INDEX_BITS) - 1)
 
