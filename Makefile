@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-kafka lint bench clean
+.PHONY: demo test test-kafka test-crash lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,3 +49,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+## kill -9 crash tests on Apache Kafka (minutes; marker `crash`, left out of `make test`
+## while the resume-after-crash loss they found is open: see ops/crash.py).
+test-crash: $(STAMP)
+	$(BIN)/pytest -q -m crash tests/integration/test_crash.py

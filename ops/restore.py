@@ -20,11 +20,14 @@ Progress = Callable[[int, int], None]
 
 
 async def topic_is_empty(bootstrap: str, topic: str) -> bool:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    # Subscribed, the consumer waits for the topic's metadata when it starts; ``topics()``
+    # would fetch it without keeping it, and no partition would count as empty.
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap)
     await consumer.start()
     try:
-        await consumer.topics()  # a full metadata fetch: a fresh consumer knows no topic yet
         partitions = consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            raise RuntimeError(f"no partitions known for {topic!r}: cannot tell if it is empty")
         tps = [TopicPartition(topic, p) for p in partitions]
         ends = await consumer.end_offsets(tps) if tps else {}
         return all(offset == 0 for offset in ends.values())

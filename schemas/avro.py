@@ -144,9 +144,12 @@ class WriterSchema:
 
     def read(self, body: bytes) -> dict[str, Any]:
         reader = None if self.parsed is self.reader.parsed else self.reader.parsed
-        record = fastavro.schemaless_reader(io.BytesIO(body), self.parsed, reader)
+        buffer = io.BytesIO(body)
+        record = fastavro.schemaless_reader(buffer, self.parsed, reader)
         if not isinstance(record, dict):
             raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
+        if buffer.tell() != len(body):  # one datum per message: the rest is not ours
+            raise ValueError(f"{len(body) - buffer.tell()} bytes after the end of the record")
         return record
 
 

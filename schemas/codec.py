@@ -62,7 +62,11 @@ class Codec:
     # -- encoding ---------------------------------------------------------
     def encode(self, event: Event) -> bytes:
         """Avro single-object bytes of ``event``; raises BadEvent if over the size limit."""
-        data = self.avro[event.type].encode(event)
+        try:
+            data = self.avro[event.type].encode(event)
+        except UnicodeEncodeError as error:  # a lone surrogate (a JSON escape made it)
+            bad = error.object[error.start : error.end]
+            raise BadEvent(f"invalid {event.type}: a string holds {bad!r}, not Unicode") from None
         self._check_size(data)
         return data
 
@@ -78,7 +82,10 @@ class Codec:
             if raw[:2] == MAGIC:
                 return self._decode_avro(raw)
             if raw.lstrip()[:1] == b"{":
-                return self.from_json_object(self._load_json(raw))
+                event = self.from_json_object(self._load_json(raw))
+                if b"\\ud" in raw or b"\\uD" in raw or b"\xed" in raw:
+                    self.encode(event)  # json lets lone surrogates through: refuse them
+                return event
             raise BadEvent(
                 "not an engram event: neither Avro single-object encoding (C3 01) nor a JSON object"
             )

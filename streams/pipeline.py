@@ -33,8 +33,9 @@ from uuid import uuid5
 import faust
 
 from processors import AgentMemory, AgentState, MemoryConfig
-from schemas import BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
+from schemas import RAW_TYPE_NAMES, BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
 from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
+from streams import faults
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
@@ -310,21 +311,29 @@ class Flusher:
         dead = dead_letter_records(group.dead)
         await asyncio.gather(
             retry_in_place(
-                lambda: sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                lambda: faults.after(
+                    "flush.history",
+                    sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                ),
                 what="write history",
             ),
             retry_in_place(
-                lambda: sinks.writer.send(sinks.memory_topic, derived), what="publish derived"
+                lambda: faults.after(
+                    "flush.derived", sinks.writer.send(sinks.memory_topic, derived)
+                ),
+                what="publish derived",
             ),
             retry_in_place(
                 lambda: sinks.writer.send(sinks.dead_letter_topic, dead), what="dead letters"
             ),
         )
+        faults.reached("flush.written")
         written = time.perf_counter()
         await retry_in_place(
             lambda: sinks.writer.send(sinks.changelog_topic, group.states, one_per_batch=True),
             what="save agent state",
         )
+        faults.reached("flush.saved")
         for message in group.messages:
             message.ack(self.consumer)
         log.debug(
@@ -361,6 +370,7 @@ def register(
         ),
     )
     flushers: list[Flusher] = []
+    raw_only = Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)  # derived: dead letters
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
@@ -379,7 +389,7 @@ def register(
             topics.dead_letters.get_topic_name(),
             table.changelog_topic.get_topic_name(),
         )
-        folder = Folder(table, codec, config)
+        folder = Folder(table, raw_only, config)
         flusher = Flusher(folder, sinks, app.consumer, max_pending, summariser)
         flushers[:] = [flusher]
         try:
