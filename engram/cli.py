@@ -7,9 +7,11 @@ import io
 import json
 import sys
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -228,6 +230,8 @@ def snapshot(
     from engram.views import print_snapshot
 
     moment = parse_moment(as_of) if as_of else None
+    if moment is not None and moment > datetime.now(moment.tzinfo):
+        raise fail(f"{as_of} is in the future", 2)
     try:
         with Memory.connect(load_settings(), prefer_http=True) as memory:
             snap = memory.snapshot(
@@ -265,6 +269,223 @@ def mcp() -> None:
         serve(load_settings())
     except EngramError as error:
         raise fail(str(error)) from None
+
+
+class RebuildTarget(StrEnum):
+    clickhouse = "clickhouse"
+    vectors = "vectors"
+
+
+@app.command()
+def rebuild(
+    target: Annotated[
+        RebuildTarget, typer.Argument(help="clickhouse (memory_changes) or vectors.")
+    ],
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the previous version instead of dropping it.")
+    ] = False,
+    max_rate: Annotated[
+        float | None,
+        typer.Option("--max-rate", min=1, help="Read at most this many events per second."),
+    ] = None,
+) -> None:
+    """Rebuild a projection from engram.memory, blue/green: a new version is filled from
+    the beginning of the log while reads go on, then swapped in atomically. Needs a
+    running `engram up`. Ctrl-C cancels before the swap; the live version stays.
+
+    Example: engram rebuild clickhouse --keep
+    """
+    from engram.client import read_up_file
+    from ops.rebuild import RebuildFailed, run_rebuild
+
+    settings = load_settings()
+    up = read_up_file(settings.up_file)
+    if up is None:
+        raise fail(f"engram is not running (no {settings.up_file}); start `engram up` first", 2)
+    try:
+        status = run_rebuild(
+            str(up["http"]), target.value, keep=keep, max_rate=max_rate, console=console
+        )
+    except (RebuildFailed, httpx.HTTPError) as error:
+        raise fail(f"rebuild of {target.value}: {error}") from None
+    if status.state == "cancelled":
+        raise fail(f"rebuild of {target.value} cancelled; the live version is unchanged", 130)
+    if status.state != "done":
+        raise fail(f"rebuild of {target.value} failed ({status.error}); the live version stays")
+    kept = f", v{status.previous} kept" if status.keep else f", v{status.previous} dropped"
+    console.print(
+        f"rebuilt {target.value}: {status.applied} changes applied, v{status.live} is live{kept}"
+    )
+    if status.error:
+        errors.print(f"[yellow]warning:[/] {status.error}", highlight=False)
+
+
+_AGENT = typer.Option("--agent", "-a", help="The agent whose memory to reconstruct.")
+_USER = typer.Option("--user", "-u", help="Only this user's episodes and memories.")
+_SESSION = typer.Option("--session", "-s", help="Only this session's working memory.")
+_FORMAT = typer.Option("--format", "-f", help="table or json")
+_EPISODES = typer.Option(min=0, max=1000, help="How many of the latest episodes.")
+
+
+@app.command("history")
+def history_cmd(
+    agent: Annotated[str, _AGENT],
+    as_of: Annotated[str, typer.Option("--as-of", help="ISO-8601 moment with offset.")],
+    user: Annotated[str | None, _USER] = None,
+    session: Annotated[str | None, _SESSION] = None,
+    episodes: Annotated[int, _EPISODES] = 10,
+    format: Annotated[str, _FORMAT] = "table",
+) -> None:
+    """An agent's memory as of a moment, by SQL over the ClickHouse history alone:
+    working memory, episodes, memories with their retention, facts, persona, skills.
+
+    Example: engram history --agent travel-bot --as-of 2026-01-31T12:00Z --format json
+    """
+    time_travel_cmd("history", agent, as_of, user, session, episodes, format)
+
+
+@app.command("replay")
+def replay_cmd(
+    agent: Annotated[str, _AGENT],
+    until: Annotated[str, typer.Option("--until", help="ISO-8601 moment with offset.")],
+    user: Annotated[str | None, _USER] = None,
+    session: Annotated[str | None, _SESSION] = None,
+    episodes: Annotated[int, _EPISODES] = 10,
+    format: Annotated[str, _FORMAT] = "table",
+) -> None:
+    """An agent's memory as of a moment, by replaying its archived log up to it
+    through the processors (the same answer as `engram history`, the other road).
+
+    Example: engram replay --agent travel-bot --user u-1 --until 2026-01-31T12:00Z
+    """
+    time_travel_cmd("replay", agent, until, user, session, episodes, format)
+
+
+def time_travel_cmd(
+    road: str,
+    agent: str,
+    moment_text: str,
+    user: str | None,
+    session: str | None,
+    episodes: int,
+    fmt: str,
+) -> None:
+    from engram.history import print_time_travel, time_travel
+    from engram.snapshot import UnknownAgent
+
+    if fmt not in ("table", "json"):
+        raise fail(f"--format must be table or json, not {fmt!r}", 2)
+    moment = parse_moment(moment_text)
+    now = datetime.now(moment.tzinfo)
+    if moment > now:
+        raise fail(f"{moment_text} is in the future (now is {now.isoformat()})", 2)
+    try:
+        snap = time_travel(
+            load_settings(),
+            road,
+            agent,
+            moment,
+            user_id=user,
+            session_id=session,
+            episodes=episodes,
+        )
+    except (UnknownAgent, EngramError) as error:
+        raise fail(str(error).strip("'\"")) from None
+    if fmt == "json":
+        sys.stdout.write(snap.model_dump_json(indent=2) + "\n")
+    else:
+        print_time_travel(console, snap)
+
+
+@app.command("status")
+def status_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+) -> None:
+    """Lag of the worker per partition and consumer group, dead letters, projection versions.
+
+    Example: engram status
+    """
+    from engram.client import read_up_file
+    from engram.status import render, status_of
+
+    settings = load_settings()
+    up = read_up_file(settings.up_file)
+    if up is None:
+        raise fail(f"engram is not running (no {settings.up_file}); start it with `engram up`")
+    try:
+        response = httpx.get(f"{up['http']}/v1/status", timeout=30)
+        response.raise_for_status()
+    except httpx.HTTPError as error:
+        raise fail(f"engram at {up['http']} did not answer: {error}") from None
+    if as_json:
+        sys.stdout.write(json.dumps(response.json(), indent=2) + "\n")
+    else:
+        render(console, status_of(response.json()))
+
+
+class ExportFormat(StrEnum):
+    jsonl = "jsonl"
+    avro = "avro"
+
+
+@app.command("export")
+def export_cmd(
+    agent: Annotated[str, typer.Argument(help="The agent whose log to export.")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="File to write; <agent>.<format> if omitted."),
+    ] = None,
+    format: Annotated[
+        ExportFormat, typer.Option("--format", "-f", help="jsonl (readable) or avro (exact bytes).")
+    ] = ExportFormat.jsonl,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write an agent's whole raw log (in log order) to a file another deployment imports.
+
+    Example: engram export travel-bot -o travel-bot.avro --format avro
+    """
+    from engram.history import history_client
+    from engram.transfer import export_agent
+
+    path = output or Path(f"{agent}.{format.value}")
+    if path.exists() and not force:
+        raise fail(f"{path} exists; pass --force to overwrite it", 2)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        done = export_agent(history_client(load_settings()), agent, partial, format.value)
+    except EngramError as error:
+        partial.unlink(missing_ok=True)
+        raise fail(str(error)) from None
+    partial.replace(path)
+    span = f"seq {done.first_seq}..{done.last_seq}"
+    console.print(f"exported {done.events} events of {agent} ({span}) to {path}")
+
+
+@app.command("import")
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="A file written by engram export (either format).")],
+    http: Annotated[bool, typer.Option(help="Publish through the HTTP API.")] = False,
+    batch: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 1000,
+) -> None:
+    """Publish an exported log to this deployment, in its order; its fold then derives the
+    same memory. Every record is checked before any is sent; importing twice changes nothing.
+
+    Example: engram import travel-bot.avro
+    """
+    from engram.publishing import publish_events
+    from engram.transfer import read_export
+
+    if not file.is_file():
+        raise fail(f"{file}: no such file", 2)
+    try:
+        events = read_export(file)
+        count = publish_events(load_settings(), events, console, prefer_http=http, batch=batch)
+    except BadEvent as bad:
+        raise fail(f"nothing was imported: {bad.reason}", 2) from None
+    except (EngramError, OSError) as error:
+        raise fail(str(error)) from None
+    agents = sorted({e.agent_id for e in events})
+    console.print(f"imported {count} events of {', '.join(agents) or 'no agent'}")
 
 
 def main() -> None:

@@ -188,6 +188,30 @@ class Memory:
         answer = await self._call("GET", "/v1/snapshot", params=params)
         return Snapshot.model_validate(answer)
 
+    async def ahistory(
+        self,
+        agent_id: str,
+        *,
+        as_of: datetime,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        episodes: int = DEFAULT_EPISODES,
+    ) -> Snapshot:
+        """``agent_id``'s memory as of an aware moment, answered by SQL over the
+        history (``GET /v1/history``); :meth:`asnapshot` with ``as_of`` replays the log
+        to the same answer."""
+        if as_of.tzinfo is None:
+            raise ValueError("as_of must be an aware datetime (UTC offset included)")
+        params: dict[str, Any] = {
+            "agent_id": agent_id,
+            "as_of": as_of.isoformat(),
+            "episodes": episodes,
+        }
+        optional = {"user_id": user_id, "session_id": session_id}
+        params.update({key: value for key, value in optional.items() if value is not None})
+        answer = await self._call("GET", "/v1/history", params=params)
+        return Snapshot.model_validate(answer)
+
     async def afeedback(
         self,
         memory_id: str,
@@ -303,6 +327,10 @@ class Memory:
     def snapshot(self, agent_id: str, **options: Any) -> Snapshot:
         """Sync :meth:`asnapshot`."""
         return self._run(self.asnapshot(agent_id, **options))
+
+    def history(self, agent_id: str, **options: Any) -> Snapshot:
+        """Sync :meth:`ahistory`."""
+        return self._run(self.ahistory(agent_id, **options))
 
     def feedback(self, memory_id: str, useful: bool, **options: Any) -> Event:
         """Sync :meth:`afeedback`."""

@@ -1,20 +1,39 @@
 """Read the ClickHouse history from the CLI: through the running ``engram up``
 (its read-only ClickHouse-compatible endpoint, since chdb allows one process per
-data directory), a ClickHouse server, or the embedded data directory itself."""
+data directory), a ClickHouse server, or the embedded data directory itself.
+
+It is also the second road of time travel: :func:`history_snapshot` answers, from
+SQL over the history alone, the snapshot as of T that
+:func:`engram.snapshot.take_snapshot` reconstructs by replaying the log; the two
+must agree (``tests/integration/test_time_travel.py``).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlparse
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
+from rich.console import Console
+from rich.table import Table
 
 from engram.client import read_up_file
 from engram.errors import EngramError, NotRunning
+from engram.results import DEFAULT_EPISODES, Position, Snapshot, SnapshotMemory
 from engram.settings import Settings
+from engram.snapshot import UnknownAgent, episode_record, working_of
 from engram.sqlgate import ReadOnlyViolation, check_read_only
+from processors import MemoryConfig
+from processors.consolidation import Consolidation, ConsolidationState
+from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention
+from processors.persona import PersonaVersion, SkillRecord
+from processors.working import SUMMARY_ROLE, SessionState
+from schemas import EpisodeBody, FactSetBody, MemoryCreatedBody, Turn, WorkingBody
 
 
 def http_client(url: str) -> Client:
@@ -63,3 +82,470 @@ def run_sql(
     finally:
         client.close()
     return list(result.column_names), [tuple(r) for r in result.result_rows]
+
+
+# -- the second road: a snapshot as of T from the history alone -------------------------
+#
+# Every query reads one agent's rows with ``occurred_at <= T``. Derived changes carry
+# the time of the event that made them, so for a log whose event times never go back
+# these are exactly the changes of the log's prefix up to T: what the fold of that
+# prefix (the first road, :func:`engram.snapshot.take_snapshot`) holds.
+
+_AS_OF = "agent_id = {a:String} AND occurred_at <= {t:DateTime64(3, 'UTC')}"
+
+POSITION_SQL = f"""
+SELECT count() AS folded, max(seq) AS last_seq, argMax(occurred_at, seq) AS last_at
+FROM events FINAL
+WHERE {_AS_OF}"""
+"""How many archived events occurred by T, the last one's sequence and time."""
+
+MEMORIES_SQL = f"""
+SELECT
+    m.memory_id, m.created, m.owner, m.created_change_at, m.strength, m.last_reinforced,
+    m.last_review, m.reinforcements, m.lapses, m.invalidated, m.promoted, e.ended_at
+FROM (
+    SELECT
+        memory_id,
+        argMaxIf(body, (seq, idx), type = 'memory.created') AS created,
+        argMaxIf(user_id, (seq, idx), type = 'memory.created') AS owner,
+        argMaxIf(occurred_at, (seq, idx), type = 'memory.created') AS created_change_at,
+        argMaxIf(JSONExtractRaw(body, 'strength'), (seq, idx),
+                 type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
+        maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
+        maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
+        countIf(type = 'memory.reinforced') AS reinforcements,
+        countIf(type = 'memory.weakened') AS lapses,
+        maxIf(JSONExtractBool(body, 'invalidated'), type = 'memory.weakened') AS invalidated,
+        countIf(type = 'memory.promoted') > 0 AS promoted,
+        if(JSONExtractString(created, 'kind') = 'semantic',
+           JSONExtractString(created, 'sources', 1), memory_id) AS anchor
+    FROM memory_changes FINAL
+    WHERE {_AS_OF} AND memory_id != '' AND type IN (
+        'memory.created', 'memory.reinforced', 'memory.weakened', 'memory.promoted',
+        'memory.forgotten')
+    GROUP BY memory_id
+    HAVING countIf(type = 'memory.created') > 0 AND countIf(type = 'memory.forgotten') = 0
+) AS m
+LEFT ANY JOIN (
+    SELECT JSONExtractString(body, 'episode_id') AS episode_id,
+           JSONExtractString(body, 'ended_at') AS ended_at
+    FROM memory_changes FINAL
+    WHERE {_AS_OF} AND type = 'episode.closed'
+) AS e ON e.episode_id = m.anchor
+ORDER BY m.memory_id"""
+"""The memories created and not forgotten by T, with what their retention needs: the
+latest strength, the reinforcements and lapses, and, for an episode (or the first
+source episode of a semantic memory), the episode's end, which dates the memory."""
+
+LATEST_SQL = f"""
+SELECT type, seq, idx, session_id, user_id, body, source_event_id
+FROM (
+    SELECT
+        type, seq, idx, session_id, user_id, body, source_event_id,
+        row_number() OVER (
+            PARTITION BY type, multiIf(
+                type = 'fact.set',
+                concat(JSONExtractString(body, 'namespace'), char(0),
+                       JSONExtractString(body, 'key')),
+                type = 'skill.updated', JSONExtractString(body, 'name'),
+                '')
+            ORDER BY seq DESC, idx DESC
+        ) AS rank
+    FROM memory_changes FINAL
+    WHERE {_AS_OF} AND (
+        type IN ('persona.versioned', 'fact.set', 'skill.updated')
+        OR (type = 'episode.closed'
+            AND ({{u:Nullable(String)}} IS NULL OR user_id = {{u:Nullable(String)}})))
+)
+WHERE rank <= if(type = 'episode.closed', {{n:UInt32}}, 1)"""
+"""In one scan: the persona version in force at T, the latest ``fact.set`` of every
+key (a null value: retracted), every skill's latest record and the latest ``n``
+episodes closed by T (of one user when given)."""
+
+WORKING_SQL = f"""
+SELECT d.seq, d.idx, d.session_id, d.occurred_at, d.body, e.source_type
+FROM (
+    SELECT
+        seq, idx, session_id, occurred_at, body, bitShiftLeft(seq, 16) + idx AS at_key,
+        max(if(position(body, '"cleared":true') > 0, at_key, 0))
+            OVER (PARTITION BY session_id) AS own_reset
+    FROM memory_changes FINAL
+    WHERE {_AS_OF} AND type = 'working.updated' AND session_id IS NOT NULL
+) AS d
+LEFT ANY JOIN (
+    SELECT sid, max(bitShiftLeft(seq, 16) + idx) AS expired_at
+    FROM (
+        SELECT arrayJoin(JSONExtract(body, 'expired', 'Array(String)')) AS sid, seq, idx
+        FROM memory_changes FINAL
+        WHERE {_AS_OF} AND type = 'working.updated' AND session_id IS NULL
+    )
+    GROUP BY sid
+) AS x ON x.sid = assumeNotNull(d.session_id)
+LEFT ANY JOIN (
+    SELECT seq, type AS source_type FROM events FINAL
+    WHERE {_AS_OF} AND type IN ('session.started', 'working.set')
+) AS e ON e.seq = d.seq
+WHERE d.at_key > greatest(d.own_reset, x.expired_at)
+   OR (d.at_key = d.own_reset AND d.own_reset > x.expired_at
+       AND (position(d.body, '"added":[]') = 0 OR e.source_type != ''))
+ORDER BY d.seq, d.idx"""
+"""The working-memory deltas that matter at T: those of each session since it was
+last cleared (at its end, an idle expiry or a reopening), with the type of the event
+that made a delta when that was a ``session.started`` or ``working.set`` (the one
+thing a delta cannot tell: a cleared session that such an event opened afresh).
+A body is compact JSON (``model_dump_json``), where ``"cleared":true`` and
+``"added":[]`` can only be the top-level fields (quotes inside strings are escaped),
+so a substring test stands for parsing it."""
+
+EPISODES_SQL = f"""
+SELECT seq, session_id, user_id, body
+FROM memory_changes FINAL
+WHERE {_AS_OF} AND type = 'episode.closed'
+  AND ({{u:Nullable(String)}} IS NULL OR user_id = {{u:Nullable(String)}})
+ORDER BY seq DESC, idx DESC
+LIMIT {{n:UInt32}}"""
+"""The latest episodes closed by T (of one user when given), newest first."""
+
+
+def history_snapshot(
+    client: Client,
+    agent_id: str,
+    *,
+    as_of: datetime,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    episodes: int = DEFAULT_EPISODES,
+    config: MemoryConfig | None = None,
+) -> Snapshot:
+    """The snapshot of ``agent_id`` as of ``as_of``, from SQL over the history alone.
+
+    It answers what :func:`engram.snapshot.take_snapshot` answers by replay, from
+    ``memory_changes`` (memories, episodes, facts, persona, skills, working memory)
+    and the archive's ``events`` only for the position (how many events occurred by
+    T, the last one's sequence) and, in working memory, for the type of an event
+    that reopened a session. ``config`` gives what the changes do not carry: the
+    forgetting curve that turns a strength into a retention at T, the turn cap that
+    splits a delta's evictions into dropped and compressed entries, and the
+    consolidation window that dates a semantic memory (``memory.created`` does not
+    record the time its trace starts from). Under the ``fsrs`` curve a memory's card
+    is rebuilt from its stability and last review only, all that its retention reads.
+    One part cannot come from the history: a fact's ``confidence`` (``fact.set`` does
+    not record it) is None here; and memories have their ``text`` here, not in the
+    fold.
+
+    For a log whose event times never go back, the two roads agree on everything
+    else (``tests/integration/test_time_travel.py``). A late event (one that occurred
+    before an event already in the log) breaks the premise: its changes were made
+    after the later event, which the fold of "the events that occurred by T" skips,
+    so the roads may then differ: replay folds the events of T's past as if the late
+    ones had come on time, the history holds what the worker made of them in log
+    order.
+
+    Raises :class:`~engram.snapshot.UnknownAgent` when no event of the agent
+    occurred at or before ``as_of``, ``ValueError`` for a naive ``as_of``.
+    """
+    if as_of.tzinfo is None:
+        raise ValueError("as_of must be an aware datetime (UTC offset included)")
+    if episodes < 0:
+        raise ValueError("episodes must be 0 or more")
+    config = config or MemoryConfig()
+    at = as_of.astimezone(UTC)
+    where = {"a": agent_id, "t": at}
+    (count, seq, last_at), *_ = _rows(client, POSITION_SQL, where)
+    if not count:
+        raise UnknownAgent(
+            f"no events of agent {agent_id!r} in the history at or before {at.isoformat()}"
+        )
+    position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
+    items = [_memory_of(row, at, config) for row in _rows(client, MEMORIES_SQL, where)]
+    counts = {"L2": 0, "L3": 0}
+    for item in items:
+        counts[item.layer] += 1
+    latest: dict[str, list[tuple[Any, ...]]] = {}
+    for row in _rows(client, LATEST_SQL, {**where, "u": user_id, "n": episodes}):
+        latest.setdefault(row[0], []).append(row[1:])
+    facts = (fact_of(body, at) for *_, body, _ in latest.get("fact.set", []))
+    skills = (SkillRecord.model_validate_json(row[4]) for row in latest.get("skill.updated", []))
+    closed = sorted(latest.get("episode.closed", []), reverse=True)
+    persona = latest.get("persona.versioned")
+    sessions = sessions_from_deltas(_rows(client, WORKING_SQL, where), config.working_turns)
+    return Snapshot(
+        agent_id=agent_id,
+        user_id=user_id,
+        session_id=session_id,
+        as_of=as_of,
+        position=position,
+        working=working_of(sessions, session_id),
+        episodes=[
+            episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
+            for seq, _idx, session, user, body, _ in closed
+        ],
+        facts=sorted((f for f in facts if f), key=lambda f: (f["namespace"], f["key"])),
+        persona=persona_of(persona[0][4], persona[0][5]) if persona else None,
+        skills=[s.model_dump(mode="json") for s in sorted(skills, key=lambda s: s.name)],
+        memories=counts,
+        config_version=config.version,
+        memory_items=[m for m in items if user_id is None or m.user_id == user_id],
+        retention_at=as_of,
+        road="history",
+    )
+
+
+def episode_tail(
+    client: Client, agent_id: str, *, user_id: str | None, as_of: datetime | None, limit: int
+) -> list[dict[str, Any]]:
+    """The last ``limit`` episodes closed by ``as_of`` (None: all), newest first."""
+    where = {"a": agent_id, "t": as_of or _END_OF_TIME, "u": user_id, "n": limit}
+    return [
+        episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
+        for seq, session, user, body in _rows(client, EPISODES_SQL, where)
+    ]
+
+
+def fact_of(body: str, at: datetime) -> dict[str, Any] | None:
+    """A key's latest ``fact.set`` by ``at`` as a snapshot lists it; None if retracted."""
+    fact = FactSetBody.model_validate_json(body)
+    if fact.value is None or fact.valid_from > at:
+        return None
+    return {
+        "namespace": fact.namespace,
+        "key": fact.key,
+        "value": fact.value,
+        "valid_from": fact.valid_from.isoformat(),
+        "confidence": fact.confidence,
+    }
+
+
+def persona_of(body: str, source_event_id: Any) -> dict[str, Any]:
+    """A ``persona.versioned`` body as the fold keeps the version (with its source)."""
+    doc = json.loads(body)
+    doc["source_event_id"] = str(source_event_id)
+    return PersonaVersion.model_validate(doc).model_dump(mode="json")
+
+
+def _memory_of(row: Sequence[Any], at: datetime, config: MemoryConfig) -> SnapshotMemory:
+    (memory_id, created, user_id, change_at, strength, reinforced, review, reinforcements,
+     lapses, invalidated, promoted, ended_at) = row  # fmt: skip
+    body = MemoryCreatedBody.model_validate_json(created)
+    created_at = memory_created_at(body, _aware(change_at), ended_at, config)
+    trace = rebuild_trace(
+        created_at=created_at,
+        strength_days=float(strength),
+        reinforced_at=_aware(reinforced) if reinforcements else None,
+        reviewed_at=_aware(review) if reinforcements or lapses else None,
+        reinforcements=int(reinforcements),
+        lapses=int(lapses),
+        invalidated=bool(invalidated),
+        params=config.forgetting,
+    )
+    promoted = bool(promoted) or body.layer == "L3"
+    return SnapshotMemory.model_construct(  # every value is typed already
+        memory_id=memory_id,
+        layer="L3" if promoted else body.layer,
+        kind=body.kind,
+        importance=body.importance,
+        sentiment=body.sentiment,
+        user_id=user_id,
+        created_at=created_at,
+        last_reinforced_at=trace.last_reinforced_at,
+        strength_days=trace.strength_days,
+        reinforcements=trace.reinforcements,
+        lapses=trace.lapses,
+        invalidated=trace.invalidated,
+        promoted=promoted,
+        retention=retention(trace, at, config.forgetting),
+        text=body.text,
+    )
+
+
+def memory_created_at(
+    body: MemoryCreatedBody, change_at: datetime, episode_end: str, config: MemoryConfig
+) -> datetime:
+    """When the fold dates a memory (its trace starts there): a turn at its event, an
+    episode at its last turn, a semantic memory at the end of its consolidation window
+    (found from the end of its first source episode)."""
+    if body.kind == "episode" and episode_end:
+        return _parse_moment(episode_end)
+    if body.kind == "semantic" and episode_end:
+        window = Consolidation(ConsolidationState(), config.consolidation, config.scoring)
+        size = timedelta(seconds=config.consolidation.window_s)
+        return window.window_start(_parse_moment(episode_end)) + size
+    return change_at
+
+
+def rebuild_trace(
+    *,
+    created_at: datetime,
+    strength_days: float,
+    reinforced_at: datetime | None,
+    reviewed_at: datetime | None,
+    reinforcements: int,
+    lapses: int,
+    invalidated: bool,
+    params: ForgettingParams,
+) -> Trace:
+    """The forgetting trace of a memory from its changes: times never go back (a late
+    review takes effect at the latest one), a weakening moves only an FSRS card's
+    last review; the FSRS card holds what retrievability reads (stability, last review)."""
+    last = max(created_at, reinforced_at or created_at)
+    card = None
+    if params.curve == "fsrs":
+        review = max(last, reviewed_at or last)
+        card = FsrsCard(
+            card_id=0, state=2, step=None, stability=strength_days, difficulty=None,
+            due=review, last_review=review,
+        )  # fmt: skip
+    return Trace(
+        strength_days=strength_days,
+        last_reinforced_at=last,
+        reinforcements=reinforcements,
+        lapses=lapses,
+        invalidated=invalidated,
+        card=card,
+    )
+
+
+def sessions_from_deltas(rows: Iterable[Sequence[Any]], limit: int) -> list[SessionState]:
+    """Working memory rebuilt from ``working.updated`` deltas in log order, by the rule
+    of :class:`schemas.derived.WorkingBody`. A row is ``(seq, idx, session_id,
+    occurred_at, body, source_type)``; ``source_type`` matters only for a cleared
+    delta without a new turn: a ``session.started`` or ``working.set`` opened the
+    session afresh, anything else left it closed. ``limit`` is the turn cap
+    (``MemoryConfig.working_turns``), which tells dropped entries from compressed ones."""
+    sessions: dict[str, _Session] = {}
+    for _seq, _idx, sid, occurred_at, raw, source_type in rows:
+        body = WorkingBody.model_validate_json(raw)
+        at = _aware(occurred_at)
+        for gone in body.expired:
+            sessions.pop(gone, None)
+        if sid is None:
+            continue
+        if body.cleared:
+            sessions.pop(sid, None)
+            if not body.added and source_type not in ("session.started", "working.set"):
+                continue
+        session = sessions.get(sid)
+        if session is None:
+            session = sessions[sid] = _Session(sid, at)
+        session.apply(body, at, limit, fresh=body.cleared)
+    return [s.state() for s in sessions.values()]
+
+
+class _Session:
+    """One session's working memory as its deltas rebuild it."""
+
+    def __init__(self, session_id: str, at: datetime) -> None:
+        self.session_id = session_id
+        self.turns: list[Turn] = []
+        self.dropped = self.compressed = 0
+        self.last_at = at
+        self.body = WorkingBody(size=0, tokens=0)
+
+    def apply(self, body: WorkingBody, at: datetime, limit: int, *, fresh: bool) -> None:
+        self.body = body
+        self.last_at = max(self.last_at, at)
+        if not body.added:
+            return
+        evicted = 0 if fresh else body.evicted  # a reopened session evicted the old one's
+        kept = [*self.turns, *body.added]
+        capped = max(0, len(kept) - limit)
+        self.dropped += capped
+        kept = kept[capped:]
+        fitted = evicted - capped
+        folded = sum(1 for t in kept[:fitted] if t.role != SUMMARY_ROLE)
+        if body.prepended:
+            self.compressed += folded
+        else:
+            self.dropped += folded
+        self.turns = [*body.prepended, *kept[fitted:]]
+
+    def state(self) -> SessionState:
+        return SessionState(
+            session_id=self.session_id,
+            turns=self.turns,
+            task=self.body.task,
+            variables=self.body.variables,
+            scratchpad=self.body.scratchpad,
+            dropped=self.dropped,
+            compressed=self.compressed,
+            last_at=self.last_at,
+        )
+
+
+def _rows(client: Client, query: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:
+    try:
+        result = client.query(query, parameters=parameters)
+    except ClickHouseError as error:
+        raise EngramError(f"history query failed: {error}") from None
+    return [tuple(row) for row in result.result_rows]
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _parse_moment(text: str) -> datetime:
+    return _aware(datetime.fromisoformat(text))
+
+
+_END_OF_TIME = datetime(2299, 12, 31, tzinfo=UTC)
+
+
+def time_travel(
+    settings: Settings,
+    road: str,
+    agent_id: str,
+    moment: datetime,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    episodes: int = DEFAULT_EPISODES,
+) -> Snapshot:
+    """The snapshot as of ``moment`` by ``road``: ``history`` (SQL) or ``replay`` (the
+    fold of the archived log), read through :func:`history_client`. Raises
+    :class:`~engram.snapshot.UnknownAgent`, ``EngramError`` (no history, a failed query)."""
+    from engram.snapshot import take_snapshot
+    from sinks.clickhouse import ClickHouseHistory
+
+    client = history_client(settings)
+    try:
+        if road == "history":
+            return history_snapshot(
+                client,
+                agent_id,
+                as_of=moment,
+                user_id=user_id,
+                session_id=session_id,
+                episodes=episodes,
+            )
+        return take_snapshot(
+            ClickHouseHistory(client),
+            agent_id,
+            as_of=moment,
+            user_id=user_id,
+            session_id=session_id,
+            episodes=episodes,
+        )
+    except ClickHouseError as error:
+        raise EngramError(f"history query failed: {error}") from None
+    finally:
+        client.close()
+
+
+def print_time_travel(console: Console, snap: Snapshot) -> None:
+    """A snapshot as tables, with its memories and their retention."""
+    from engram.views import print_snapshot
+
+    print_snapshot(console, snap)
+    at = snap.retention_at.isoformat() if snap.retention_at else "?"
+    table = Table(
+        "memory", "layer", "kind", "importance", "retention", "recalls", "text",
+        title=f"memories ({snap.road}), retention at {at}",
+    )  # fmt: skip
+    for m in snap.memory_items:
+        text = (m.text or "")[:60]
+        table.add_row(
+            m.memory_id[:8], m.layer, m.kind, f"{m.importance:.1f}", f"{m.retention:.3f}",
+            str(m.reinforcements), text,
+        )  # fmt: skip
+    console.print(table)

@@ -1,4 +1,5 @@
-"""``engram publish FILE.jsonl``: validate every line, then publish with progress."""
+"""``engram publish FILE.jsonl`` and ``engram import``: validate every event, then
+publish them in order with progress."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from rich.progress import (
 
 from engram.client import Memory
 from engram.settings import Settings
-from schemas import BadEvent
+from schemas import BadEvent, Event
 
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
@@ -50,17 +51,31 @@ def publish_file(
                 events.extend(memory.validate([obj]))
             except BadEvent as bad:
                 raise BadEvent(f"line {number}: {bad.reason.removeprefix('event 0: ')}") from None
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TaskProgressColumn(),
-            TimeRemainingColumn(),
-        )
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("publishing", total=len(events))
-            for start in range(0, len(events), batch):
-                chunk = events[start : start + batch]
-                memory.publish_many(chunk)
-                progress.advance(task, len(chunk))
+        return _publish(memory, events, console, batch)
+
+
+def publish_events(
+    settings: Settings, events: list[Event], console: Console, *, prefer_http: bool, batch: int
+) -> int:
+    """Publish ``events`` in order (each validated first: nothing is sent if one fails)."""
+    with Memory.connect(settings, prefer_http=prefer_http) as memory:
+        checked = memory.validate(events)
+        return _publish(memory, checked, console, batch)
+
+
+def _publish(memory: Memory, events: list[Event], console: Console, batch: int) -> int:
+    """Publish in batches of ``batch`` with a progress bar; return the count."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("publishing", total=len(events))
+        for start in range(0, len(events), batch):
+            chunk = events[start : start + batch]
+            memory.publish_many(chunk)
+            progress.advance(task, len(chunk))
     return len(events)

@@ -55,8 +55,39 @@ class Position(BaseModel):
     skipped: int = 0
 
 
+class SnapshotMemory(BaseModel):
+    """One live L2/L3 memory in a snapshot, with its retention at the snapshot's
+    ``retention_at``. ``text`` is filled only by the history road (the fold keeps
+    no texts); ``last_reinforced_at`` is the creation or latest reinforcement."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: str
+    layer: str
+    kind: str
+    importance: float
+    sentiment: float
+    user_id: str | None
+    created_at: datetime
+    last_reinforced_at: datetime
+    strength_days: float
+    reinforcements: int
+    lapses: int
+    invalidated: bool
+    promoted: bool
+    retention: float
+    text: str | None = None
+
+
 class Snapshot(BaseModel):
-    """An agent's memory at one position of its log."""
+    """An agent's memory at one position of its log.
+
+    ``memories`` counts the live memories per layer; ``memory_items`` lists them
+    (narrowed to ``user_id`` when given), sorted by id, with their retention at
+    ``retention_at`` (``as_of``, else the time of the last event folded); the latest
+    snapshot (no ``as_of``) leaves the list empty unless asked.
+    ``road`` says how it was made: ``replay`` (the fold) or ``history`` (SQL).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -72,3 +103,6 @@ class Snapshot(BaseModel):
     skills: list[dict[str, Any]]
     memories: dict[str, int]
     config_version: str
+    memory_items: list[SnapshotMemory] = []
+    retention_at: datetime | None = None
+    road: str = "replay"

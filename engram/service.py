@@ -1,4 +1,5 @@
-"""Recall and snapshots behind the HTTP API (``POST /v1/recall``, ``GET /v1/snapshot``).
+"""Recall and snapshots behind the HTTP API (``POST /v1/recall``, ``GET /v1/snapshot``,
+``GET /v1/history``).
 
 :class:`MemoryService` owns the blocking parts: recall runs on one thread of its
 own (the embedding model and the vector store are used from one thread at a
@@ -13,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
@@ -140,6 +141,35 @@ class MemoryService:
             ),
         )
 
+    async def from_history(
+        self,
+        agent_id: str,
+        *,
+        as_of: datetime,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        episodes: int = DEFAULT_EPISODES,
+    ) -> Snapshot:
+        """:func:`engram.history.history_snapshot` (SQL as of ``as_of``) on the
+        history's executor; ``ValueError`` for a moment in the future."""
+        from engram.history import history_snapshot
+
+        if as_of.tzinfo is not None and as_of > datetime.now(UTC):
+            raise ValueError(f"as_of {as_of.isoformat()} is in the future")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.history.executor,
+            lambda: history_snapshot(
+                self.history.client,
+                agent_id,
+                as_of=as_of,
+                user_id=user_id,
+                session_id=session_id,
+                episodes=episodes,
+                config=self.config,
+            ),
+        )
+
     def close(self) -> None:
         self._recall_thread.shutdown(wait=False)
 
@@ -202,6 +232,36 @@ def memory_router(service: MemoryService) -> APIRouter:
         except Exception as error:
             log.exception("snapshot failed")
             return _problem(500, "snapshot failed", repr(error))
+
+    @router.get(
+        "/v1/history",
+        response_model=Snapshot,
+        summary="An agent's memory as of a moment, from the history",
+        description=(
+            "The snapshot as of `as_of` (ISO-8601 with offset, not in the future) "
+            "answered by SQL over the ClickHouse history alone; `/v1/snapshot?as_of=` "
+            "answers the same by replaying the log."
+        ),
+        responses={404: {"model": Problem}, 422: {"model": Problem}},
+    )
+    async def history(
+        agent_id: Annotated[str, Query(min_length=1)],
+        as_of: datetime,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        episodes: Annotated[int, Query(ge=0, le=1000)] = DEFAULT_EPISODES,
+    ) -> Snapshot | JSONResponse:
+        try:
+            return await service.from_history(
+                agent_id, as_of=as_of, user_id=user_id, session_id=session_id, episodes=episodes
+            )
+        except UnknownAgent as unknown:
+            return _problem(404, "unknown agent", str(unknown))
+        except ValueError as bad:
+            return _problem(422, "invalid history request", str(bad))
+        except Exception as error:
+            log.exception("history failed")
+            return _problem(500, "history failed", repr(error))
 
     return router
 

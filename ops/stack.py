@@ -5,6 +5,11 @@ one) -> topics -> ClickHouse (chdb under ``$ENGRAM_HOME/clickhouse`` unless
 ``ENGRAM_CLICKHOUSE_URL``) -> restore the log from the archive when the broker
 is empty -> HTTP API -> ``up.json`` -> the faust worker, in the foreground until
 SIGINT/SIGTERM. Stopping tears it all down, the broker child included.
+
+The HTTP API also serves the blue/green rebuilds of the projections
+(``/v1/admin/rebuilds``, :mod:`ops.rebuild`): this process owns chdb and the Edge
+directory, so the rebuilds run here; the vector projection's writes pass the
+rebuild's gate (:class:`~ops.rebuild.GatedIndex`).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from engram.recall import Recaller
 from engram.service import MemoryService, memory_router
 from engram.settings import Settings
 from engram.sqlgate import QueryGate
+from engram.status import Projections, status_router
 from ops.broker import EmbeddedBroker
 from ops.http import HttpThread
+from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
 from processors import MemoryConfig
@@ -176,6 +183,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
     broker: EmbeddedBroker | None = None
     http: HttpThread | None = None
     index: VectorIndex | None = None
+    rebuilds: Rebuilds | None = None
     try:
         if settings.kafka_bootstrap:
             bootstrap = settings.kafka_bootstrap
@@ -193,6 +201,14 @@ def run_up(settings: Settings, say: Say = print) -> int:
             say(f"restored {restored} events from the archive")
         index, embedder = open_vectors(settings, say)
         recaller = Recaller(index, embedder)
+        gated = GatedIndex(index)
+        rebuilds = Rebuilds(
+            bootstrap=bootstrap,
+            topic=settings.memory_topic,
+            history=history,
+            vectors=gated,
+            model=embedder.name,
+        )
         info: dict[str, Any] = {
             "http": settings.http_url,
             "kafka_bootstrap": bootstrap,
@@ -205,22 +221,35 @@ def run_up(settings: Settings, say: Say = print) -> int:
             "started_at": datetime.now(UTC).isoformat(),
             "home": str(settings.home),
         }
-        http = HttpThread(
-            http_api(settings, bootstrap, gate, info, recaller),
-            settings.http_host,
-            settings.http_port,
+        api = http_api(settings, bootstrap, gate, info, recaller)
+        api.include_router(rebuild_router(rebuilds))
+        api.include_router(
+            status_router(
+                bootstrap=bootstrap,
+                group=settings.group_id,
+                topics=(settings.events_topic, settings.memory_topic),
+                dead_letter_topic=settings.dlq_topic,
+                projections=lambda: Projections(
+                    clickhouse_memory_changes=history.live_version(),
+                    vectors_live=index.live_version() if index is not None else None,
+                    vectors_versions=index.versions() if index is not None else [],
+                ),
+            )
         )
+        http = HttpThread(api, settings.http_host, settings.http_port)
         http.start()
         settings.up_file.write_text(json.dumps(info, indent=2) + "\n")
         say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
         if settings.llm_url:
             say(f"episode summaries: {summariser_name(settings)}, extractive when it fails")
         say("engram is up; Ctrl-C stops it")
-        app = build_worker_app(settings, bootstrap, history, (index, embedder))
+        app = build_worker_app(settings, bootstrap, history, (gated, embedder))
         return run_worker(app, settings.log_level)
     finally:
         if http is not None:
             http.stop()
+        if rebuilds is not None:
+            rebuilds.stop()
         settings.up_file.unlink(missing_ok=True)
         if index is not None:
             index.close()

@@ -159,6 +159,7 @@ class Memories:
             "entities": new.entities,
             "sources": new.sources,
             "strength": trace.strength_days,
+            "formed_at": trace.last_reinforced_at,
         }
         changes: list[Change] = [
             (MemoryCreated, trusted(MemoryCreatedBody, created, _CREATED_GIVEN))

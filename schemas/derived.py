@@ -12,6 +12,12 @@ Layer = Literal["L1", "L2", "L3"]
 
 
 class MemoryCreatedBody(Model):
+    """A new memory item. ``strength`` is its forgetting trace's S at creation and
+    ``formed_at`` the moment that trace's clock starts: a single turn's time, its
+    episode's last turn, or the end of a consolidation window — not necessarily the
+    time of the event that closed the episode (version 2; None in version-1 bytes,
+    where the event's ``occurred_at`` stands in)."""
+
     memory_id: str
     layer: Layer
     kind: Literal["turn", "episode", "semantic", "core", "fact"]
@@ -22,10 +28,12 @@ class MemoryCreatedBody(Model):
     entities: list[str] = []
     sources: list[str] = []
     strength: Annotated[float, Field(gt=0)]
+    formed_at: UtcMillis | None = None
 
 
 class MemoryCreated(DerivedEvent):
     TYPE: ClassVar[str] = "memory.created"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["memory.created"] = "memory.created"
     body: MemoryCreatedBody
 

@@ -9,11 +9,22 @@ Guarantees:
 - ordered per agent by ``seq``, which the processors assign in log order.
 
 The DDL is created and versioned by the sink itself (table ``engram_ddl``).
+
+Versions (blue/green rebuilds of ``memory_changes``): the live table keeps its name
+(the views read it by name); a rebuild fills ``memory_changes_v{n}``, created empty
+with the live table's structure, then swaps it in with one ``EXCHANGE TABLES``
+statement (chdb's default database engine, Overlay, accepts it as the Atomic
+engine does; readers see the old table or the new one, never neither). Each
+table's version is written in its ``COMMENT`` (``engram version n``), so it travels
+with the data through the exchange: the live table says which version it is, and a
+``_v{n}`` table whose comment does not say ``n`` is the previous live table left
+by an interrupted swap. A missing comment is version 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -167,6 +178,52 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY agent_id""",
         ),
     ),
+    (
+        4,
+        (
+            # memory.created v2 says when the memory's forgetting clock starts
+            # (``formed_at``: its episode's last turn, say), as the fold counts it; the
+            # event's own time stands in for version-1 events
+            """CREATE OR REPLACE VIEW memories AS
+            SELECT
+                agent_id,
+                memory_id,
+                argMaxIf(user_id, (seq, idx), type = 'memory.created') AS user_id,
+                argMaxIf(session_id, (seq, idx), type = 'memory.created') AS session_id,
+                argMaxIf(JSONExtractString(body, 'kind'), (seq, idx), type = 'memory.created')
+                    AS kind,
+                if(countIf(type = 'memory.promoted') > 0, 'L3',
+                   argMaxIf(JSONExtractString(body, 'layer'), (seq, idx), type = 'memory.created'))
+                    AS layer,
+                argMaxIf(JSONExtractString(body, 'text'), (seq, idx), type = 'memory.created')
+                    AS text,
+                argMaxIf(JSONExtractFloat(body, 'importance'), (seq, idx),
+                         type = 'memory.created') AS importance,
+                argMaxIf(JSONExtractFloat(body, 'sentiment'), (seq, idx),
+                         type = 'memory.created') AS sentiment,
+                argMaxIf(JSONExtractFloat(body, 'strength'), (seq, idx),
+                         type IN ('memory.created', 'memory.reinforced', 'memory.weakened'))
+                    AS strength,
+                countIf(type = 'memory.reinforced') AS reinforcements,
+                maxIf(clock_at, type IN ('memory.created', 'memory.reinforced'))
+                    AS last_reinforced_at,
+                countIf(type = 'memory.promoted') > 0 AS promoted,
+                countIf(type = 'memory.forgotten') > 0 AS forgotten,
+                minIf(occurred_at, type = 'memory.forgotten') AS forgotten_at,
+                minIf(clock_at, type = 'memory.created') AS created_at,
+                argMaxIf(config_version, (seq, idx), type = 'memory.created') AS config_version
+            FROM (
+                SELECT *,
+                    if(type = 'memory.created',
+                       coalesce(parseDateTime64BestEffortOrNull(
+                           JSONExtractString(body, 'formed_at'), 3, 'UTC'), occurred_at),
+                       occurred_at) AS clock_at
+                FROM memory_changes FINAL
+                WHERE memory_id != ''
+            )
+            GROUP BY agent_id, memory_id""",
+        ),
+    ),
 )
 
 EVENT_COLUMNS = (
@@ -226,6 +283,27 @@ class SequencedEvent:
     payload: bytes
 
 
+CHANGES = "memory_changes"
+"""The live table of memory changes (the projection ``engram rebuild clickhouse`` rebuilds)."""
+_VERSION_COMMENT = re.compile(r"^engram version ([1-9][0-9]*)$")
+
+
+def version_table(version: int, table: str = CHANGES) -> str:
+    """``{table}_v{n}``: where version ``n`` of ``table`` lives while it is not live."""
+    if version < 1:
+        raise ValueError(f"versions start at 1, got {version}")
+    return f"{table}_v{version}"
+
+
+def version_comment(version: int) -> str:
+    return f"engram version {version}"
+
+
+def _comment_version(comment: str) -> int | None:
+    match = _VERSION_COMMENT.match(comment.strip())
+    return int(match.group(1)) if match else None
+
+
 def event_row(item: SequencedEvent) -> list[Any]:
     e = item.event
     body = getattr(e, "body", None)
@@ -273,6 +351,10 @@ class ClickHouseHistory:
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` where this history's calls run (its executor), from any event loop."""
+        return await self._run(fn)
 
     # -- DDL --------------------------------------------------------------
     def ensure_schema(self) -> int:
@@ -322,6 +404,99 @@ class ClickHouseHistory:
                 [[c.agent_id, c.seq, c.state] for c in checkpoints],
                 column_names=["agent_id", "seq", "state"],
             )
+
+    async def write_changes(self, table: str, changes: Sequence[DerivedEvent]) -> None:
+        """Insert memory changes into ``table`` (a version being rebuilt, or the live one)."""
+        if changes:
+            rows = [change_row(c) for c in changes]
+            await self._run(lambda: self.insert_change_rows(table, rows))
+
+    def insert_change_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self.client.insert(table, rows, column_names=CHANGE_COLUMNS)
+
+    # -- versions (blue/green) ----------------------------------------------
+    def _comments(self, table: str) -> dict[str, str]:
+        """Name -> comment of ``table`` and every ``{table}_v{n}`` of this database."""
+        result = self.client.query(
+            "SELECT name, comment FROM system.tables WHERE database = currentDatabase()"
+            " AND (name = {t:String} OR match(name, {p:String}))",
+            parameters={"t": table, "p": f"^{re.escape(table)}_v[1-9][0-9]*$"},
+        )
+        return {str(name): str(comment) for name, comment in result.result_rows}
+
+    def live_version(self, table: str = CHANGES) -> int:
+        """The version of the live ``table`` (1 when it has never been rebuilt)."""
+        comment = self._comments(table).get(table)
+        if comment is None:
+            raise LookupError(f"no table {table!r}: call ensure_schema() first")
+        return _comment_version(comment) or 1
+
+    def table_versions(self, table: str = CHANGES) -> dict[int, int | None]:
+        """Every ``{table}_v{n}``: ``n`` -> the version its comment names (None if none)."""
+        prefix = f"{table}_v"
+        return {
+            int(name[len(prefix) :]): _comment_version(comment)
+            for name, comment in self._comments(table).items()
+            if name != table
+        }
+
+    def clean_versions(self, table: str = CHANGES) -> list[str]:
+        """Drop what interrupted rebuilds left behind; return the names dropped.
+
+        A version above the live one is a rebuild that never swapped; a ``_v{n}``
+        table whose comment names another version is the previous live table of a
+        swap interrupted before it was renamed. Versions kept on purpose (below the
+        live one, named after their own version) stay.
+        """
+        live = self.live_version(table)
+        dropped = []
+        for version, says in sorted(self.table_versions(table).items()):
+            if version > live or says != version:
+                self.drop_version(version, table)
+                dropped.append(version_table(version, table))
+        return dropped
+
+    def create_version(self, table: str = CHANGES) -> int:
+        """A new, empty version of ``table`` with its structure; returns its number.
+        The live table is stamped with its version first, if it has none."""
+        live = self.live_version(table)
+        if _comment_version(self._comments(table)[table]) is None:
+            self.client.command(f"ALTER TABLE {table} MODIFY COMMENT '{version_comment(live)}'")
+        taken = [live, *self.table_versions(table)]
+        version = max(taken) + 1
+        self.client.command(
+            f"CREATE TABLE {version_table(version, table)} AS {table}"
+            f" COMMENT '{version_comment(version)}'"
+        )
+        return version
+
+    def swap_version(self, version: int, table: str = CHANGES) -> int:
+        """Make ``version`` live in one ``EXCHANGE TABLES``; the previous live table
+        is renamed after its own version, which is returned."""
+        previous = self.live_version(table)
+        new = version_table(version, table)
+        if self.table_versions(table).get(version) != version:
+            raise LookupError(f"no table {new} holding version {version}")
+        self.client.command(f"EXCHANGE TABLES {table} AND {new}")
+        self.client.command(f"RENAME TABLE {new} TO {version_table(previous, table)}")
+        return previous
+
+    def agents_ahead(self, version: int, table: str = CHANGES) -> int:
+        """How many agents have a newer change (a higher ``seq``) in ``{table}_v{n}``
+        than in the live ``table``, or have changes there and none in ``table``."""
+        old = version_table(version, table)
+        result = self.client.query(
+            f"SELECT count() FROM (SELECT agent_id, max(seq) AS s FROM {old}"
+            " GROUP BY agent_id) AS o LEFT JOIN (SELECT agent_id, max(seq) AS s, 1 AS present"
+            f" FROM {table} GROUP BY agent_id) AS n USING (agent_id)"
+            " WHERE n.present = 0 OR o.s > n.s"
+        )
+        return int(result.result_rows[0][0])
+
+    def drop_version(self, version: int, table: str = CHANGES) -> None:
+        """Drop ``{table}_v{n}`` (never the live table); a missing one is a no-op."""
+        self.client.command(f"DROP TABLE IF EXISTS {version_table(version, table)} SYNC")
 
     # -- reads ------------------------------------------------------------
     def count_events(self) -> int:

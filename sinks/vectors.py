@@ -39,6 +39,7 @@ until it is swapped live.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import json
 import math
@@ -272,6 +273,15 @@ class VectorIndex(Protocol):
         """Delete a version (ValueError for the live one or this handle's write
         target; a version that does not exist is a no-op)."""
 
+    def pinned(self, version: int) -> VectorIndex:
+        """A twin of this handle whose writes go to ``version`` (its reads still go to
+        the live one): a rebuild fills a version through it while this handle keeps
+        serving. It shares the store and the locks of this handle: never close it."""
+
+    def points(self, version: int | None = None) -> list[Point]:
+        """Every point of ``version`` (the live one by default) with its vectors and
+        payload, in id order: for comparisons and audits, not for requests."""
+
     def close(self) -> None:
         """Release the store; idempotent. The handle is unusable afterwards."""
 
@@ -392,6 +402,24 @@ def _edge_point(point: Point) -> qe.Point:
 
 def _edge_hit(point: qe.ScoredPoint | qe.Record, score: float) -> Hit:
     return Hit(str(point.id), score, dict(point.payload or {}))
+
+
+def _point_of(point_id: Any, vectors: Any, payload: dict[str, Any] | None) -> Point:
+    """A ``Point`` from a record read back from either store."""
+    named: dict[str, Any] = vectors if isinstance(vectors, dict) else {}
+    dense, sparse = named.get(DENSE), named.get(SPARSE)
+    return Point(
+        id=str(point_id),
+        dense=[float(x) for x in dense] if dense is not None else None,
+        sparse=SparseVector(list(sparse.indices), [float(x) for x in sparse.values])
+        if sparse is not None
+        else None,
+        payload=dict(payload or {}),
+    )
+
+
+def _by_id(point: Point) -> str:
+    return point.id
 
 
 def write_json_atomically(path: Path, value: Any) -> None:
@@ -559,6 +587,32 @@ class EdgeIndex:
                 raise RuntimeError("the index is closed")
             self._open(version)
             self._point_to(version)
+
+    def pinned(self, version: int) -> EdgeIndex:
+        with self._state.exclusive():
+            self._live_version()
+            self._open(version)
+        twin = copy.copy(self)  # same shards, dims and locks; its own write target
+        twin._target = version
+        return twin
+
+    def points(self, version: int | None = None) -> list[Point]:
+        if version is not None and version not in self._shards:
+            with self._state.exclusive():
+                self._open(version)
+        with self._state.shared():
+            shard = self._shards[self._live_version() if version is None else version]
+            records: list[Any] = []
+            offset: Any = None
+            while True:
+                request = qe.ScrollRequest(
+                    offset=offset, limit=1024, with_payload=True, with_vector=True
+                )
+                page, offset = shard.scroll(request)
+                records += page
+                if offset is None:
+                    break
+        return sorted((_point_of(r.id, r.vector or {}, r.payload) for r in records), key=_by_id)
 
     def drop_version(self, version: int) -> None:
         with self._state.exclusive():
@@ -878,6 +932,28 @@ class ClientIndex:
                 raise ValueError(f"version {version} is live or the write target")
             self._client.delete_collection(self._collection(version))
             self._dims.pop(self._collection(version), None)
+
+    def pinned(self, version: int) -> ClientIndex:
+        with self._lock:
+            if version not in self._versions():
+                raise LookupError(f"version {version} does not exist")
+        twin = copy.copy(self)  # same client, lock and dims cache; its own write target
+        twin._target = version
+        return twin
+
+    def points(self, version: int | None = None) -> list[Point]:
+        records: list[qm.Record] = []
+        offset: Any = None
+        with self._guard():
+            name = self._live() if version is None else self._collection(version)
+            while True:
+                page, offset = self._client.scroll(
+                    name, limit=1024, offset=offset, with_payload=True, with_vectors=True
+                )
+                records += page
+                if offset is None:
+                    break
+        return sorted((_point_of(r.id, r.vector, r.payload) for r in records), key=_by_id)
 
     # -- writes
 

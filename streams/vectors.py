@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -44,6 +44,7 @@ from schemas import (
 )
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex
+from streams import faults
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
 
@@ -58,7 +59,10 @@ def point_of(event: MemoryCreated) -> Point:
     """The point a ``memory.created`` makes: payload and sparse terms, no vector yet."""
     body = event.body
     indices, values = document_sparse(body.text)
-    at = millis(event)
+    # the forgetting clock starts when the memory formed (its episode's last turn, say),
+    # as in the fold; version-1 events did not say, and their own time stands in
+    formed = body.formed_at
+    at = millis(event) if formed is None else int(formed.timestamp() * 1000)
     return Point(
         id=body.memory_id,
         dense=None,
@@ -147,6 +151,7 @@ def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> None:
         last = position + 1 == len(ops) or ops[position + 1].kind != op.kind
         if last:
             _apply_run(index, op.kind, run)
+            faults.reached("vectors.run")
             run = []
 
 
@@ -184,19 +189,49 @@ def embedded_event(
     )
 
 
-def decode_all(codec: Codec, batch: Sequence[faust.EventT[bytes]]) -> list[DerivedEvent]:
-    """The derived events of a batch; bytes that do not decode are logged and skipped
-    (the fold wrote them, so this is a bug, not user input)."""
+VECTOR_TYPES = frozenset(
+    kind.TYPE
+    for kind in (
+        MemoryCreated,
+        MemoryEmbedded,
+        MemoryReinforced,
+        MemoryWeakened,
+        MemoryPromoted,
+        MemoryForgotten,
+    )
+)
+"""The derived types the vector projection reads; the others (working memory,
+episodes, facts, …, most of the log) it skips without decoding them."""
+CREATED = frozenset({MemoryCreated.TYPE})
+
+
+def decode_all(
+    codec: Codec, values: Iterable[bytes | None], types: frozenset[str] | None = None
+) -> list[DerivedEvent]:
+    """The derived events of a batch's values (only those of ``types``, when given: the type
+    is read from the Avro fingerprint, so the others cost no decoding); bytes that
+    do not decode are logged and skipped (the fold wrote them, so this is a bug, not
+    user input)."""
     out: list[DerivedEvent] = []
-    for item in batch:
+    writers = codec.writers
+    for value in values:
+        raw = value or b""
+        if types is not None:
+            writer = writers.get(raw[2:10])
+            if writer is not None and writer.reader.event_type.TYPE not in types:
+                continue
         try:
-            event = codec.decode(item.message.value or b"")
+            event = codec.decode(raw)
         except BadEvent as bad:
             log.error("undecodable record on the derived log: %s", bad.reason)
             continue
         if isinstance(event, DerivedEvent):
             out.append(event)
     return out
+
+
+def values(batch: Sequence[faust.EventT[bytes]]) -> list[bytes | None]:
+    return [item.message.value for item in batch]
 
 
 def register_vectors(
@@ -225,7 +260,11 @@ def register_vectors(
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                created = [e for e in decode_all(codec, batch) if isinstance(e, MemoryCreated)]
+                created = [
+                    e
+                    for e in decode_all(codec, values(batch), CREATED)
+                    if isinstance(e, MemoryCreated)
+                ]
                 if not created:
                     continue
                 texts = [e.body.text for e in created]
@@ -245,13 +284,14 @@ def register_vectors(
                     lambda records=records: writer.send(topic_name, records),  # type: ignore[misc]
                     what="publish embeddings",
                 )
+                faults.reached("embed.published")
         finally:
             await writer.stop()
 
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:
         async for batch in cast(faust.Stream[bytes], stream).take_events(batch_size, within=within):
-            ops = operations(decode_all(codec, batch), embedder.name)
+            ops = operations(decode_all(codec, values(batch), VECTOR_TYPES), embedder.name)
             if ops:
                 await retry_in_place(
                     lambda ops=ops: off_loop(  # type: ignore[misc]

@@ -358,7 +358,13 @@ def test_memcube_list_memories(scenario: Scenario) -> None:
     assert (chat.session_id, chat.user_id, chat.kind) == ("chat", USER, "episode"), (
         "made at the tick: session and user come from its first turn"
     )
-    assert chat.created_at == TICK_AT
+    ((last_turn,),) = scenario.raw(
+        "SELECT max(occurred_at) FROM events WHERE agent_id = {a:String}"
+        " AND session_id = 'chat' AND type = 'interaction.recorded'",
+        a=h.agent_id,
+    )
+    # closed by the tick, but formed (its forgetting clock started) at its last turn
+    assert chat.created_at == last_turn.replace(tzinfo=UTC) < TICK_AT
     l2 = cube.list_memories(h.agent_id, layers=["L2"], include_forgotten=True)
     assert l2 and all(m.layer == "L2" for m in l2)
     assert memory_id("turn", h.marks["loss"]) not in {m.memory_id for m in l2}

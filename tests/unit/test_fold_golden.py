@@ -17,6 +17,10 @@ distinct sentences (a stock reply said five times no longer outranks the facts).
 
 And once more: ``fact.set`` carries the confidence its assertion gave (it always said
 None); the ``bench`` workload asserts no facts, so only the ``rich`` digests changed.
+
+And for ``memory.created`` version 2, whose body names when the memory's forgetting
+clock starts (``formed_at``): checked like the first update, all six old digests
+matched the new output with that field and the version removed.
 """
 
 from __future__ import annotations
@@ -57,22 +61,22 @@ CASES = {
 GOLDEN = {
     # (workload, events, agents, seed, restore_every, config): sha-256
     ("bench", 3000, 10, 0, 0, "exponential"): (
-        "4de818cd25aa59879d32d0f65118dd371fdc82078200f31781e5070d32bce14e"
+        "cd92cd6817560873aac8946e2708e752dd06d5290350af53b7e799c2cb2d5509"
     ),
     ("bench", 3000, 10, 0, 0, "fsrs"): (
-        "c5be99ca834dd80d92a1572a1c2f948105d45e8b42a8e82d9cbe1c5a36ecfb75"
+        "19cd372a21cd2be2e8e0995e821cdc3d859e5210f31143e233eabff51aec28fe"
     ),
     ("rich", 3000, 6, 0, 7, "exponential"): (
-        "87bd670d5163659d84108e960a4c8846ac7e6b7b3283dbdd40fe5b6d852a5859"
+        "8173c9ac624bc732cbab647015e8389af7b51ee984a35996d3e1190098016394"
     ),
     ("rich", 3000, 6, 0, 7, "fsrs"): (
-        "9f24d90ba3bc19d1dbd14fb4d75c84c02721e3a2c8f0b4d1335655d1bdc67766"
+        "5c49078cbc3a0d15effea1bda8cab546194596bfdf2e3100396253c0dff4b858"
     ),
     ("rich", 2500, 5, 1, 13, "tight"): (
-        "3f781680d5221088a9ee0164f2948c9be6fab6a98259bdeecd7fbaf31acb9de4"
+        "164f8ea83ca4b853f0fc2e703346e405ed369dc252b7e43eceb1a64527e4826e"
     ),
     ("rich", 2500, 5, 1, 13, "tight-fsrs"): (
-        "76b68ee97ee03207de7becf0bc243f3ea96c8c45f1a6eb353dd3bc7cbd653abd"
+        "570e667124f1b6cd43d221a9840c5fd3e65a391b95e9508700dc963ff4d35c6a"
     ),
 }
 

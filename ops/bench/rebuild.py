@@ -1,0 +1,292 @@
+"""Rebuild benchmark: the rebuild engine of ``engram rebuild`` (:mod:`ops.rebuild`)
+on real parts it starts itself: the embedded broker (Tansu), chdb in a temp dir,
+Qdrant Edge in a temp dir.
+
+1. ClickHouse: N derived events on a topic (what the fold derives from a seeded
+   workload of turns, sessions, facts, recalls and ticks, spread over more agents
+   by renaming them), rebuilt into a new ``memory_changes`` version and swapped in.
+   Figure: derived events read and written per second.
+2. Vectors: P memories on a topic as ``memory.created`` + ``memory.embedded`` (a
+   recorded vector: no model is called), rebuilt into a new Edge version and
+   swapped in. Figure: points per second.
+
+References in the same run, on the same records: a plain aiokafka consumer reading
+every record (the floor of reading the log); ``Codec.decode`` alone; Edge upserting
+the rebuilt points alone; the BM25 term weights of the memory texts alone (the
+projection computes them from the text, as the live one does). Run:
+``python -m ops.bench.rebuild --events 1000000 --points 100000``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import clickhouse_connect
+import numpy as np
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from ops.bench.common import machine
+from ops.bench.processors import rich_workload
+from ops.broker import EmbeddedBroker
+from ops.rebuild import ClickHouseProjection, LogReader, Progress, VectorProjection, rebuild
+from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics
+from processors import AgentMemory, AgentState, MemoryConfig
+from processors.recall import document_sparse
+from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
+from sinks.clickhouse import ClickHouseHistory
+from sinks.vectors import EdgeIndex, Point
+
+CHANGES_TOPIC = "bench.memory.changes"
+VECTORS_TOPIC = "bench.memory.vectors"
+MODEL = "bench-model"
+
+
+def fold(raw_events: int, agents: int) -> list[DerivedEvent]:
+    """The derived events of a seeded workload, folded by the real processors."""
+    config, memories = MemoryConfig(), dict[str, AgentMemory]()
+    derived: list[DerivedEvent] = []
+    for event in rich_workload(raw_events, agents):
+        memory = memories.get(event.agent_id)
+        if memory is None:
+            memory = memories[event.agent_id] = AgentMemory(
+                AgentState(agent_id=event.agent_id), config
+            )
+        derived.extend(memory.apply(event).derived)
+    return derived
+
+
+def encoded_changes(n: int, template: list[DerivedEvent]) -> list[tuple[bytes, bytes]]:
+    """``n`` (key, Avro) records: copies of ``template`` under renamed agents."""
+    codec, out = Codec(), list[tuple[bytes, bytes]]()
+    copy = 0
+    while len(out) < n:
+        for event in template:
+            agent = f"{event.agent_id}-c{copy}"
+            renamed = event.model_copy(
+                update={"agent_id": agent, "event_id": uuid.uuid5(event.event_id, agent)}
+            )
+            out.append((agent.encode(), codec.encode(renamed)))
+            if len(out) == n:
+                break
+        copy += 1
+    return out
+
+
+def encoded_vectors(
+    points: int, dims: int, template: list[MemoryCreated]
+) -> list[tuple[bytes, bytes]]:
+    """``points`` memories: each a ``memory.created`` and its ``memory.embedded``."""
+    codec, rng, out = Codec(), np.random.default_rng(7), []
+    for i in range(points):
+        base = template[i % len(template)]
+        agent = f"{base.agent_id}-c{i // len(template)}"
+        memory_id = str(uuid.uuid5(base.event_id, agent))
+        body = base.body.model_copy(update={"memory_id": memory_id})
+        created = base.model_copy(
+            update={"agent_id": agent, "event_id": uuid.uuid5(base.event_id, agent), "body": body}
+        )
+        vector = rng.standard_normal(dims).astype(np.float32)
+        embedded = MemoryEmbedded(
+            event_id=uuid.uuid5(created.event_id, "embedded"),
+            agent_id=agent,
+            session_id=created.session_id,
+            user_id=created.user_id,
+            occurred_at=created.occurred_at,
+            source_event_id=created.event_id,
+            seq=created.seq,
+            idx=created.idx,
+            config_version=created.config_version,
+            body={
+                "memory_id": memory_id,
+                "model": MODEL,
+                "model_version": "1",
+                "dims": dims,
+                "vector": [float(x) for x in vector / np.linalg.norm(vector)],
+            },
+        )
+        out += [(agent.encode(), codec.encode(created)), (agent.encode(), codec.encode(embedded))]
+    return out
+
+
+async def publish(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, max_batch_size=1024 * 1024
+    )
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        pending = []
+        for key, value in records:
+            pending.append(await producer.send(topic, key=key, value=value))
+            if len(pending) >= 20_000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return time.perf_counter() - started
+
+
+async def raw_consume(bootstrap: str, topic: str, n: int) -> float:
+    """Seconds for a plain aiokafka consumer to read ``n`` records of ``topic``."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen, started = 0, time.perf_counter()
+        while seen < n:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            seen += sum(len(records) for records in batch.values())
+        return time.perf_counter() - started
+    finally:
+        await consumer.stop()
+
+
+def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, Progress]:
+    progress = Progress(
+        "clickhouse" if isinstance(projection, ClickHouseProjection) else "vectors", False
+    )
+    started = time.perf_counter()
+    status = asyncio.run(rebuild(projection, LogReader(bootstrap, topic), progress))
+    elapsed = time.perf_counter() - started
+    if status.state != "done":
+        raise RuntimeError(f"rebuild ended {status.state}: {status.error}")
+    return elapsed, progress
+
+
+def bench_clickhouse(
+    bootstrap: str, home: Path, n: int, template: list[DerivedEvent]
+) -> dict[str, Any]:
+    records = encoded_changes(n, template)
+    publish_s = asyncio.run(publish(bootstrap, CHANGES_TOPIC, records))
+    client = clickhouse_connect.get_client(dsn=f"chdb://{home / 'clickhouse'}")
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    elapsed, progress = timed_rebuild(
+        ClickHouseProjection(history, settle_s=0), bootstrap, CHANGES_TOPIC
+    )
+    rows = int(client.query("SELECT count() FROM memory_changes").result_rows[0][0])
+    live = history.live_version()
+    client.close()
+    consume_s = asyncio.run(raw_consume(bootstrap, CHANGES_TOPIC, n))
+    codec, sample = Codec(), [value for _, value in records[:20_000]]
+    started = time.perf_counter()
+    for value in sample:
+        codec.decode(value)
+    decode_s = (time.perf_counter() - started) / len(sample) * n
+    return {
+        "derived_events": n,
+        "avg_event_bytes": round(sum(len(v) for _, v in records) / n),
+        "publish_s": round(publish_s, 1),
+        "rebuild_s": round(elapsed, 2),
+        "rebuild_events_per_s": round(n / elapsed),
+        "raw_consume_per_s": round(n / consume_s),
+        "ratio_to_raw_consume": round(consume_s / elapsed, 4),
+        "decode_alone_per_s": round(n / decode_s),
+        "rows_in_rebuilt_table": rows,
+        "live_version": live,
+        "applied": progress.applied,
+    }
+
+
+def bench_vectors(
+    bootstrap: str, home: Path, points: int, dims: int, template: list[MemoryCreated]
+) -> dict[str, Any]:
+    records = encoded_vectors(points, dims, template)
+    publish_s = asyncio.run(publish(bootstrap, VECTORS_TOPIC, records))
+    index = EdgeIndex(home / "vectors")
+    index.ensure(dims)
+    try:
+        elapsed, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
+        rebuilt = index.points()
+        live = index.live_version()
+        store_s = upsert_floor(index, rebuilt)
+    finally:
+        index.close()
+    consume_s = asyncio.run(raw_consume(bootstrap, VECTORS_TOPIC, len(records)))
+    texts = [str(p.payload["text"]) for p in rebuilt[:2000]]
+    started = time.perf_counter()
+    for text in texts:
+        document_sparse(text)
+    terms_s = (time.perf_counter() - started) / len(texts) * points
+    return {
+        "points": points,
+        "dims": dims,
+        "records": len(records),
+        "publish_s": round(publish_s, 1),
+        "rebuild_s": round(elapsed, 2),
+        "rebuild_points_per_s": round(points / elapsed),
+        "rebuild_records_per_s": round(len(records) / elapsed),
+        "raw_consume_records_per_s": round(len(records) / consume_s),
+        "ratio_to_raw_consume": round(consume_s / elapsed, 4),
+        "edge_upsert_alone_points_per_s": round(points / store_s),
+        "bm25_terms_alone_points_per_s": round(points / terms_s),
+        "avg_text_chars": round(sum(map(len, texts)) / len(texts)),
+        "points_in_rebuilt_version": len(rebuilt),
+        "live_version": live,
+    }
+
+
+def upsert_floor(index: EdgeIndex, points: list[Point]) -> float:
+    """Seconds to upsert the same points, whole, into a fresh version in batches of
+    2 500: what Edge itself costs, without reading, decoding or tokenising."""
+    twin = index.pinned(index.create_version())
+    started = time.perf_counter()
+    for at in range(0, len(points), 2500):
+        twin.upsert(points[at : at + 2500])
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=200_000, help="derived events (ClickHouse)")
+    parser.add_argument("--points", type=int, default=50_000, help="memories (vectors)")
+    parser.add_argument("--dims", type=int, default=512)
+    parser.add_argument("--raw", type=int, default=20_000, help="raw events folded as the template")
+    parser.add_argument("--skip", choices=("clickhouse", "vectors"), default=None)
+    args = parser.parse_args()
+    random.seed(0)
+    template = fold(args.raw, 50)
+    created = [e for e in template if isinstance(e, MemoryCreated)]
+    home = Path(tempfile.mkdtemp(prefix="engram-bench-rebuild-"))
+    result: dict[str, Any] = {"machine": machine()}
+    try:
+        with EmbeddedBroker(log_path=home / "broker.log") as broker:
+            specs = [
+                TopicSpec(CHANGES_TOPIC, 6, KEEP_FOREVER),
+                TopicSpec(VECTORS_TOPIC, 6, KEEP_FOREVER),
+            ]
+            asyncio.run(ensure_topics(broker.bootstrap, specs))
+            if args.skip != "clickhouse":
+                result["clickhouse"] = bench_clickhouse(
+                    broker.bootstrap, home, args.events, template
+                )
+                print(json.dumps(result["clickhouse"]), flush=True)
+            if args.skip != "vectors":
+                result["vectors"] = bench_vectors(
+                    broker.bootstrap, home, args.points, args.dims, created
+                )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,806 @@
+"""Blue/green rebuilds of the projections from ``engram.memory``.
+
+``engram rebuild clickhouse`` rebuilds ``memory_changes`` (what the ``memories``,
+``episodes``, ``facts`` and ``persona`` views read); ``engram rebuild vectors``
+rebuilds the vector collection of the embedding model. Both read the derived log
+from the beginning into a new version, swap it in atomically once caught up, and
+drop the previous version unless asked to keep it.
+
+Where it runs: inside ``engram up``. chdb and Qdrant Edge each allow one process
+per data directory, so the process that owns them does the work: the CLI asks the
+running stack over HTTP (``POST /v1/admin/rebuilds``), polls its progress
+(``GET /v1/admin/rebuilds/{target}``) for the progress bar, and cancels it on
+Ctrl-C (``DELETE``). The same path works unchanged when ClickHouse and Qdrant are
+servers. Each rebuild runs on a thread of its own with its own event loop; its
+ClickHouse calls go through the history's executor (one thread, shared with the
+fold and the SQL reads, which therefore keep working, a batch apart).
+
+How, for both targets:
+
+1. Clean up: drop what an interrupted rebuild left (a version above the live one;
+   for ClickHouse also a previous live table whose swap was interrupted).
+2. Create version ``n + 1``: the table ``memory_changes_v{n+1}`` (structure of the
+   live table), or the collection ``memories_<model>_v{n+1}`` (Edge: a directory).
+3. Read ``engram.memory`` from the first offset of every partition with a consumer
+   of its own (assigned partitions, no group to join, nothing committed: a rerun
+   starts over) and apply every event in log order: rows for ClickHouse
+   (``memory.embedded`` is the vector store's business and is skipped: it shares
+   its creation's ``seq``/``idx``), the idempotent vector operations of
+   :mod:`streams.vectors` for Qdrant (``memory.embedded`` carries the vector: no
+   model is called; a batch's operations are coalesced into one call per kind,
+   see :func:`coalesce`). One batch is written while the next is read and
+   decoded. Passes repeat until the lag is small; each pass reads up to the end
+   offsets and then on until a fetch brings nothing (Tansu reports an end offset
+   short of a partition's last batch).
+4. Swap. Vectors: the live projection's writes are held at a gate
+   (:class:`GatedIndex`) while a last pass reads up to the end offsets taken
+   under the gate and the pointer (Edge ``live.json``) or alias (Qdrant) moves;
+   the live agent then re-applies its held batch to the new version, and
+   re-applying a suffix of the log in order converges. ClickHouse: one
+   ``EXCHANGE TABLES``; the fold writes a group's rows and publishes its derived
+   events side by side, so rows written to the old table just before the swap
+   may reach the log just after it: the rebuild keeps reading into the new live
+   table (inserts are idempotent) until no agent's newest change in the old
+   table is newer than in the new one (per agent, groups are flushed in order,
+   so the log then holds everything the old table got), for at most
+   ``settle_s`` seconds; past that the status says how many agents are behind.
+5. Drop the previous version, unless ``keep``.
+
+Interrupted at any point before the swap (killed, cancelled, failed), the live
+projection is untouched and the new version is an orphan that the next run drops
+(or, on cancel or failure, that this run drops). The swap itself is one atomic
+step (``EXCHANGE TABLES``; an atomic file replace; one alias request).
+
+Not rebuilt: ``events`` (the archive of the raw log: on the embedded broker it is
+where the log is restored from, not a view of it) and ``agent_states`` (the
+fold's checkpoints, written by the fold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import httpx
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as ProgressBar
+
+from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded
+from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
+from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
+from streams.vectors import Op, apply_operations, operations
+
+log = logging.getLogger("engram.rebuild")
+
+Target = Literal["clickhouse", "vectors"]
+State = Literal["running", "swapping", "settling", "done", "failed", "cancelled"]
+
+
+class Cancelled(Exception):
+    """The rebuild was asked to stop before its swap."""
+
+
+# --------------------------------------------------------------------------- status
+
+
+class RebuildStatus(BaseModel):
+    """Where a rebuild is: offsets of ``engram.memory`` read (``done`` of ``total``,
+    the end offsets of the last pass), events applied, rate and versions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Target
+    state: State
+    phase: str
+    done: int = 0
+    total: int = 0
+    applied: int = 0
+    rate: float = 0.0
+    eta_s: float | None = None
+    live: int | None = None
+    building: int | None = None
+    previous: int | None = None
+    keep: bool = False
+    cleaned: list[str] = []
+    started_at: datetime
+    finished_at: datetime | None = None
+    error: str | None = None
+
+
+@dataclass
+class Progress:
+    """The mutable side of a status, updated by the rebuild's thread."""
+
+    target: Target
+    keep: bool
+    state: State = "running"
+    phase: str = "starting"
+    done: int = 0
+    total: int = 0
+    applied: int = 0
+    live: int | None = None
+    building: int | None = None
+    previous: int | None = None
+    cleaned: list[str] = field(default_factory=list)
+    error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    finished_at: datetime | None = None
+    ended: float | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def status(self) -> RebuildStatus:
+        elapsed = max((self.ended or time.monotonic()) - self.started, 1e-6)
+        rate = self.done / elapsed
+        left = max(self.total - self.done, 0)
+        running = self.state == "running"
+        return RebuildStatus(
+            target=self.target,
+            state=self.state,
+            phase=self.phase,
+            done=self.done,
+            total=self.total,
+            applied=self.applied,
+            rate=round(rate, 1),
+            eta_s=round(left / rate, 1) if running and rate > 0 else None,
+            live=self.live,
+            building=self.building,
+            previous=self.previous,
+            keep=self.keep,
+            cleaned=list(self.cleaned),
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            error=self.error,
+        )
+
+    def finish(self, state: State, phase: str, error: str | None = None) -> None:
+        self.state, self.phase, self.error = state, phase, error
+        self.finished_at, self.ended = datetime.now(UTC), time.monotonic()
+
+
+# --------------------------------------------------------------------------- the log
+
+
+class LogReader:
+    """Reads ``topic`` from its first offsets, pass after pass, in log order per
+    partition. ``max_rate`` (records/s) throttles it, so a rebuild need not starve
+    the live pipeline."""
+
+    def __init__(self, bootstrap: str, topic: str, *, max_rate: float | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.max_rate = max_rate
+        self.consumer: AIOKafkaConsumer | None = None
+        self.partitions: list[TopicPartition] = []
+        self.positions: dict[TopicPartition, int] = {}
+        self.first: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024,
+        )
+        await consumer.start()
+        self.consumer = consumer
+        await consumer.topics()  # a full metadata fetch: a fresh consumer knows no topic yet
+        found = consumer.partitions_for_topic(self.topic)
+        if not found:
+            raise LookupError(f"topic {self.topic!r} does not exist on {self.bootstrap}")
+        self.partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
+        consumer.assign(self.partitions)
+        self.first = await consumer.beginning_offsets(self.partitions)
+        await consumer.seek_to_beginning(*self.partitions)
+        self.positions = dict(self.first)
+
+    async def stop(self) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+    async def ends(self) -> dict[TopicPartition, int]:
+        assert self.consumer is not None
+        ends: dict[TopicPartition, int] = await self.consumer.end_offsets(self.partitions)
+        return ends
+
+    def done(self) -> int:
+        return sum(self.positions[tp] - self.first[tp] for tp in self.partitions)
+
+    def total(self, ends: dict[TopicPartition, int]) -> int:
+        return sum(ends[tp] - self.first[tp] for tp in self.partitions)
+
+    def lag(self, ends: dict[TopicPartition, int]) -> int:
+        return sum(max(ends[tp] - self.positions[tp], 0) for tp in self.partitions)
+
+    async def read_to(
+        self,
+        ends: dict[TopicPartition, int],
+        apply: Callable[[list[bytes]], Awaitable[None]],
+        check: Callable[[], None],
+    ) -> None:
+        """Read every partition up to ``ends``, then on until a fetch brings nothing
+        (or ``TAIL`` more records), handing each fetch to ``apply`` in order; ``check``
+        runs between fetches (it may raise). The tail is read because an end offset
+        may lag the log: Tansu's ``ListOffsets`` answers a few records short of the
+        last one of a partition."""
+        assert self.consumer is not None
+        started, read, tail = time.monotonic(), 0, 0
+        most = 5000 if not self.max_rate else max(1, min(5000, int(self.max_rate / 4)))
+        while tail < TAIL:
+            check()
+            behind = [tp for tp in self.partitions if self.positions[tp] < ends[tp]]
+            fetched = await self.consumer.getmany(
+                *(behind or self.partitions), timeout_ms=500 if behind else 200, max_records=most
+            )
+            values: list[bytes] = []
+            for tp, records in fetched.items():
+                if records:
+                    values += [r.value or b"" for r in records]
+                    self.positions[tp] = records[-1].offset + 1
+            if values:
+                await apply(values)
+                read += len(values)
+                tail += 0 if behind else len(values)
+            elif not behind:
+                return
+            if self.max_rate:
+                ahead = read / self.max_rate - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+
+
+TAIL = 2_000
+"""Records read past the end offsets before a pass ends even if more keep coming."""
+
+
+# --------------------------------------------------------------------------- targets
+
+
+class Projection(Protocol):
+    """One rebuildable projection: versions, a writer for the new one, a swap."""
+
+    settle_s: float
+    """Longest wait after the swap for what the old version got just before it."""
+
+    async def settled(self, progress: Progress) -> int:
+        """After the swap: how many agents may still miss changes (0: none)."""
+        ...
+
+    async def prepare(self, progress: Progress) -> None: ...
+    async def apply(self, events: list[DerivedEvent]) -> int: ...
+    def barrier(self) -> contextlib.AbstractContextManager[Any]: ...
+    async def swap(self, progress: Progress) -> None: ...
+    async def finish(self, progress: Progress) -> None: ...
+    async def abort(self, progress: Progress) -> None: ...
+
+
+class ClickHouseProjection:
+    """``memory_changes``: rows of every derived event but ``memory.embedded``."""
+
+    def __init__(self, history: ClickHouseHistory, *, settle_s: float = 30.0) -> None:
+        self.history = history
+        self.settle_s = settle_s
+        self.table = CHANGES
+        self.version: int | None = None
+        self.swapped = False
+
+    async def prepare(self, progress: Progress) -> None:
+        h = self.history
+        progress.cleaned = [*progress.cleaned, *await h.call(h.clean_versions)]
+        progress.live = await h.call(h.live_version)
+        self.version = progress.building = await h.call(h.create_version)
+        self.table = version_table(self.version)
+
+    async def apply(self, events: list[DerivedEvent]) -> int:
+        changes = [e for e in events if not isinstance(e, MemoryEmbedded)]
+        await self.history.write_changes(self.table, changes)
+        return len(changes)
+
+    def barrier(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    async def swap(self, progress: Progress) -> None:
+        version, h = self.version, self.history
+        assert version is not None
+        progress.previous = await h.call(lambda: h.swap_version(version))
+        progress.live, progress.building = version, None
+        self.table, self.swapped = CHANGES, True  # settle reads into the live table
+
+    async def settled(self, progress: Progress) -> int:
+        previous, h = progress.previous, self.history
+        return 0 if previous is None else await h.call(lambda: h.agents_ahead(previous))
+
+    async def finish(self, progress: Progress) -> None:
+        previous, h = progress.previous, self.history
+        if not progress.keep and previous is not None:
+            await h.call(lambda: h.drop_version(previous))
+
+    async def abort(self, progress: Progress) -> None:
+        version, h = self.version, self.history
+        if version is not None and not self.swapped:
+            await h.call(lambda: h.drop_version(version))
+            progress.building = None
+
+
+class VectorProjection:
+    """The vector collection of one embedding model (``model``'s vectors only)."""
+
+    settle_s = 0.0
+
+    async def settled(self, progress: Progress) -> int:
+        return 0  # the last pass and the swap ran with the live projection held
+
+    def __init__(self, index: VectorIndex, model: str, gate: threading.Lock | None = None) -> None:
+        self.index = index
+        self.model = model
+        self.gate = gate
+        self.version: int | None = None
+        self.writer: VectorIndex | None = None
+        self.swapped = False
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="engram-rebuild-vectors")
+
+    async def prepare(self, progress: Progress) -> None:
+        live = progress.live = self.index.live_version()
+        for version in self.index.versions():
+            if version > live:
+                self.index.drop_version(version)
+                progress.cleaned = [*progress.cleaned, f"vectors v{version}"]
+        self.version = progress.building = self.index.create_version()
+        self.writer = self.index.pinned(self.version)
+
+    async def apply(self, events: list[DerivedEvent]) -> int:
+        changes = operations(events, self.model)
+        ops, writer = coalesce(changes), self.writer
+        assert writer is not None
+        if ops:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self.pool, lambda: apply_operations(writer, ops))
+        return len(changes)
+
+    def barrier(self) -> contextlib.AbstractContextManager[Any]:
+        return self.gate if self.gate is not None else contextlib.nullcontext()
+
+    async def swap(self, progress: Progress) -> None:
+        assert self.version is not None
+        progress.previous = self.index.live_version()
+        self.index.swap(self.version)
+        progress.live, progress.building, self.swapped = self.version, None, True
+
+    async def finish(self, progress: Progress) -> None:
+        self.pool.shutdown(wait=True)
+        if not progress.keep and progress.previous is not None:
+            self.index.drop_version(progress.previous)
+
+    async def abort(self, progress: Progress) -> None:
+        self.pool.shutdown(wait=True)
+        if self.version is not None and not self.swapped:
+            self.index.drop_version(self.version)
+            progress.building = None
+
+
+def coalesce(ops: list[Op]) -> list[Op]:
+    """The same end state in fewer store calls: a dense vector set after its point's
+    upsert in the same batch rides on the upsert, then all upserts, all vectors and
+    all payload changes go as one run each, each kept in log order.
+
+    Valid because upserts replace whole points and come first per point (a memory
+    is created before it is embedded or changed), while vectors and payload fields
+    are disjoint, so a point's vector and payload changes commute. A batch with an
+    upsert after another change of the same point is left as it is."""
+    touched: set[str] = set()
+    upserted: dict[str, int] = {}
+    for position, op in enumerate(ops):
+        point_id = op.item.id if op.kind == "upsert" else canonical_id(op.item[0])
+        if op.kind == "upsert":
+            if point_id in touched:
+                return ops
+            upserted[point_id] = position
+        else:
+            touched.add(point_id)
+    points = {position: ops[position].item for position in upserted.values()}
+    dense, payload = [], []
+    for op in ops:
+        if op.kind == "dense" and canonical_id(op.item[0]) in upserted:
+            at = upserted[canonical_id(op.item[0])]
+            points[at] = replace(points[at], dense=list(op.item[1]))
+        elif op.kind == "dense":
+            dense.append(op)
+        elif op.kind == "payload":
+            payload.append(op)
+    upserts = [Op("upsert", points[at]) for at in sorted(points)]
+    return upserts + dense + payload
+
+
+# --------------------------------------------------------------------------- the run
+
+
+CAUGHT_UP = 2_000
+"""Lag (records) below which a rebuild stops its open passes and swaps."""
+
+
+def decode_derived(codec: Codec, values: Sequence[bytes]) -> list[DerivedEvent]:
+    """The derived events among ``values``; undecodable bytes are logged and skipped
+    (the fold wrote them, so that is a bug, not input)."""
+    out: list[DerivedEvent] = []
+    for value in values:
+        try:
+            event = codec.decode(value)
+        except BadEvent as bad:
+            log.error("undecodable record on the derived log: %s", bad.reason)
+            continue
+        if isinstance(event, DerivedEvent):
+            out.append(event)
+    return out
+
+
+async def rebuild(
+    projection: Projection,
+    reader: LogReader,
+    progress: Progress,
+    codec: Codec | None = None,
+) -> RebuildStatus:
+    """Run one rebuild to its end (done, cancelled or failed); see the module doc."""
+    codec = codec or Codec()
+    swapped = False
+    writing: asyncio.Future[int] | None = None  # one batch written while the next is read
+
+    def check() -> None:
+        progress.done = reader.done()
+        if progress.cancel.is_set() and not swapped:
+            raise Cancelled
+
+    async def drain() -> None:
+        nonlocal writing
+        if writing is not None:
+            write, writing = writing, None
+            progress.applied += await write
+
+    async def apply(values: list[bytes]) -> None:
+        nonlocal writing
+        events = decode_derived(codec, values)
+        await drain()
+        writing = asyncio.ensure_future(projection.apply(events))
+        progress.done = reader.done()
+        progress.total = max(progress.total, progress.done)  # records arrived meanwhile
+
+    async def catch_up() -> None:
+        ends = await reader.ends()
+        progress.total = max(reader.total(ends), reader.done())
+        await reader.read_to(ends, apply, check)
+        await drain()
+
+    try:
+        await reader.start()
+        progress.phase = "preparing"
+        await projection.prepare(progress)
+        progress.phase = "copying"
+        await catch_up()
+        while reader.lag(await reader.ends()) >= CAUGHT_UP:
+            await catch_up()
+        progress.state, progress.phase = "swapping", "last pass and swap"
+        with projection.barrier():
+            await catch_up()
+            check()
+            await projection.swap(progress)
+            swapped = True
+        if projection.settle_s:
+            progress.state, progress.phase = "settling", "reading what arrived during the swap"
+            deadline = time.monotonic() + projection.settle_s
+            while behind := await projection.settled(progress):
+                if time.monotonic() > deadline:
+                    log.warning("%d agents still behind the previous version", behind)
+                    progress.error = f"{behind} agents still behind the previous version"
+                    break
+                await asyncio.sleep(0.2)
+                await catch_up()
+        await projection.finish(progress)
+        progress.done = reader.done()
+        progress.finish("done", "done", progress.error)  # a settling warning stays
+    except Cancelled:
+        with contextlib.suppress(Exception):
+            await drain()
+        await projection.abort(progress)
+        progress.finish("cancelled", "cancelled: the live version is unchanged")
+    except Exception as error:
+        log.exception("rebuild of %s failed", progress.target)
+        if not swapped:
+            with contextlib.suppress(Exception):
+                await drain()
+            with contextlib.suppress(Exception):
+                await projection.abort(progress)
+        progress.finish("failed", "failed", repr(error))
+    finally:
+        await reader.stop()
+    return progress.status()
+
+
+# --------------------------------------------------------------------------- in engram up
+
+
+class GatedIndex:
+    """The live vector projection's handle: writes pass a gate that a rebuild holds
+    while it takes its last pass and swaps; reads and versions go straight through."""
+
+    def __init__(self, inner: VectorIndex) -> None:
+        self.inner = inner
+        self.gate = threading.Lock()
+
+    def ensure(self, dims: int) -> None:
+        with self.gate:
+            self.inner.ensure(dims)
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        with self.gate:
+            self.inner.upsert(points)
+
+    def set_dense(self, items: Sequence[tuple[str, list[float]]]) -> None:
+        with self.gate:
+            self.inner.set_dense(items)
+
+    def set_payload(self, items: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        with self.gate:
+            self.inner.set_payload(items)
+
+    def search_dense(self, vector: list[float], scope: Scope, limit: int) -> list[Hit]:
+        return self.inner.search_dense(vector, scope, limit)
+
+    def search_sparse(self, vector: SparseVector, scope: Scope, limit: int) -> list[Hit]:
+        return self.inner.search_sparse(vector, scope, limit)
+
+    def get(self, ids: Sequence[str], scope: Scope) -> list[Hit]:
+        return self.inner.get(ids, scope)
+
+    def count(self, scope: Scope) -> int:
+        return self.inner.count(scope)
+
+    def optimize(self) -> None:
+        self.inner.optimize()
+
+    def live_version(self) -> int:
+        return self.inner.live_version()
+
+    def versions(self) -> list[int]:
+        return self.inner.versions()
+
+    def create_version(self, dims: int | None = None) -> int:
+        return self.inner.create_version(dims)
+
+    def use_version(self, version: int | None) -> None:
+        self.inner.use_version(version)
+
+    def swap(self, version: int) -> None:
+        self.inner.swap(version)
+
+    def drop_version(self, version: int) -> None:
+        self.inner.drop_version(version)
+
+    def pinned(self, version: int) -> VectorIndex:
+        return self.inner.pinned(version)
+
+    def points(self, version: int | None = None) -> list[Point]:
+        return self.inner.points(version)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class Busy(Exception):
+    """A rebuild of the same target is running already."""
+
+
+class Rebuilds:
+    """The rebuilds of one ``engram up``: at most one per target at a time, each on
+    a thread of its own; the last status of each target is kept for polling."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: str,
+        topic: str,
+        history: ClickHouseHistory,
+        vectors: GatedIndex | None,
+        model: str | None,
+        settle_s: float = 30.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.history = history
+        self.vectors = vectors
+        self.model = model
+        self.settle_s = settle_s
+        self.jobs: dict[str, tuple[Progress, threading.Thread]] = {}
+        self.lock = threading.Lock()
+
+    def projection(self, target: Target) -> Projection:
+        if target == "clickhouse":
+            return ClickHouseProjection(self.history, settle_s=self.settle_s)
+        if self.vectors is None or self.model is None:
+            raise LookupError("this stack has no vector store")
+        return VectorProjection(self.vectors.inner, self.model, self.vectors.gate)
+
+    def start(self, target: Target, *, keep: bool, max_rate: float | None) -> RebuildStatus:
+        with self.lock:
+            job = self.jobs.get(target)
+            if job is not None and job[1].is_alive():
+                raise Busy(f"a rebuild of {target} is running since {job[0].started_at:%H:%M:%S}")
+            projection = self.projection(target)
+            progress = Progress(target, keep)
+            reader = LogReader(self.bootstrap, self.topic, max_rate=max_rate)
+            thread = threading.Thread(
+                target=lambda: asyncio.run(rebuild(projection, reader, progress)),
+                name=f"engram-rebuild-{target}",
+                daemon=True,
+            )
+            self.jobs[target] = (progress, thread)
+            thread.start()
+            return progress.status()
+
+    def status(self, target: Target) -> RebuildStatus | None:
+        job = self.jobs.get(target)
+        return job[0].status() if job is not None else None
+
+    def cancel(self, target: Target) -> RebuildStatus | None:
+        job = self.jobs.get(target)
+        if job is None:
+            return None
+        job[0].cancel.set()
+        return job[0].status()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel every running rebuild and wait a little for each (engram up stops)."""
+        for progress, thread in list(self.jobs.values()):
+            progress.cancel.set()
+            thread.join(timeout)
+
+
+class RebuildRequest(BaseModel):
+    """``keep`` the previous version; ``max_rate`` caps the records read per second."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Target
+    keep: bool = False
+    max_rate: float | None = Field(default=None, gt=0)
+
+
+class RebuildProblem(BaseModel):
+    error: str
+    reason: str
+
+
+def rebuild_router(rebuilds: Rebuilds) -> APIRouter:
+    """``POST /v1/admin/rebuilds``, ``GET`` and ``DELETE /v1/admin/rebuilds/{target}``."""
+    router = APIRouter(tags=["admin"])
+
+    @router.post(
+        "/v1/admin/rebuilds",
+        status_code=202,
+        response_model=RebuildStatus,
+        summary="Start a blue/green rebuild of a projection",
+        description=(
+            "Reads `engram.memory` from the beginning into a new version of the target "
+            "(`clickhouse`: the `memory_changes` table; `vectors`: the collection), swaps it "
+            "in atomically once caught up, and drops the previous version unless `keep`."
+        ),
+        responses={409: {"model": RebuildProblem}, 503: {"model": RebuildProblem}},
+    )
+    async def start(request: RebuildRequest) -> RebuildStatus | JSONResponse:
+        try:
+            return rebuilds.start(request.target, keep=request.keep, max_rate=request.max_rate)
+        except Busy as busy:
+            return _problem(409, "rebuild running", str(busy))
+        except LookupError as missing:
+            return _problem(503, "cannot rebuild", str(missing))
+
+    @router.get(
+        "/v1/admin/rebuilds/{target}",
+        response_model=RebuildStatus,
+        summary="Progress of the latest rebuild of a target",
+        responses={404: {"model": RebuildProblem}},
+    )
+    async def status(target: Target) -> RebuildStatus | JSONResponse:
+        found = rebuilds.status(target)
+        return found if found is not None else _problem(404, "no rebuild", f"none of {target}")
+
+    @router.delete(
+        "/v1/admin/rebuilds/{target}",
+        response_model=RebuildStatus,
+        summary="Cancel a running rebuild (before its swap; the live version stays)",
+        responses={404: {"model": RebuildProblem}},
+    )
+    async def cancel(target: Target) -> RebuildStatus | JSONResponse:
+        found = rebuilds.cancel(target)
+        return found if found is not None else _problem(404, "no rebuild", f"none of {target}")
+
+    return router
+
+
+def _problem(status: int, error: str, reason: str) -> JSONResponse:
+    return JSONResponse(RebuildProblem(error=error, reason=reason).model_dump(), status_code=status)
+
+
+# --------------------------------------------------------------------------- the CLI side
+
+
+class RebuildFailed(RuntimeError):
+    """The stack refused the rebuild, or it ended failed."""
+
+
+def _status_or_raise(response: httpx.Response) -> RebuildStatus:
+    if response.status_code >= 400:
+        try:
+            reason = response.json().get("reason") or response.text
+        except ValueError:
+            reason = response.text
+        raise RebuildFailed(f"the stack refused: {reason}")
+    return RebuildStatus.model_validate(response.json())
+
+
+def _rate(status: RebuildStatus) -> str:
+    return f"{status.rate:,.0f} events/s"
+
+
+def _eta(status: RebuildStatus) -> str:
+    return f"ETA {status.eta_s:,.0f}s" if status.eta_s is not None else ""
+
+
+def run_rebuild(
+    http: str,
+    target: Target,
+    *,
+    keep: bool,
+    max_rate: float | None,
+    console: Console,
+    poll_s: float = 0.25,
+) -> RebuildStatus:
+    """Start a rebuild on the stack at ``http`` and follow it with a progress bar
+    until it ends; Ctrl-C cancels it (before its swap) and waits for that."""
+    body = {"target": target, "keep": keep, "max_rate": max_rate}
+    with httpx.Client(base_url=http, timeout=30) as client:
+        status = _status_or_raise(client.post("/v1/admin/rebuilds", json=body))
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("offsets"),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("{task.fields[eta]}"),
+            TimeElapsedColumn(),
+            TextColumn("[dim]{task.fields[phase]}"),
+        )
+        with ProgressBar(*columns, console=console, transient=False) as bar:
+            task = bar.add_task(f"rebuild {target}", total=None, rate="", eta="", phase="")
+            try:
+                while status.state in ("running", "swapping", "settling"):
+                    time.sleep(poll_s)
+                    status = _status_or_raise(client.get(f"/v1/admin/rebuilds/{target}"))
+                    bar.update(
+                        task,
+                        completed=status.done,
+                        total=status.total or None,
+                        rate=_rate(status),
+                        eta=_eta(status),
+                        phase=status.phase,
+                    )
+            except KeyboardInterrupt:
+                bar.update(task, phase="cancelling…")
+                status = _status_or_raise(client.delete(f"/v1/admin/rebuilds/{target}"))
+                while status.state in ("running", "swapping", "settling"):
+                    time.sleep(poll_s)
+                    status = _status_or_raise(client.get(f"/v1/admin/rebuilds/{target}"))
+            bar.update(task, completed=status.done, total=status.total or 1, eta="")
+    return status
