@@ -52,6 +52,8 @@ class RecallRequest(BaseModel):
 
 
 class Problem(BaseModel):
+    """An error answer: ``error`` says what failed, ``reason`` why."""
+
     error: str
     reason: str
 
@@ -196,12 +198,12 @@ def memory_router(service: MemoryService) -> APIRouter:
         try:
             return await service.recall(request)
         except LookupError as missing:
-            return _problem(503, "recall unavailable", str(missing))
+            return problem(503, "recall unavailable", str(missing))
         except ValueError as bad:
-            return _problem(422, "invalid recall", str(bad))
+            return problem(422, "invalid recall", str(bad))
         except Exception as error:  # the caller gets the reason; the log gets the trace
             log.exception("recall failed")
-            return _problem(500, "recall failed", repr(error))
+            return problem(500, "recall failed", repr(error))
 
     @router.get(
         "/v1/snapshot",
@@ -226,12 +228,12 @@ def memory_router(service: MemoryService) -> APIRouter:
                 agent_id, user_id=user_id, session_id=session_id, as_of=as_of, episodes=episodes
             )
         except UnknownAgent as unknown:
-            return _problem(404, "unknown agent", str(unknown))
+            return problem(404, "unknown agent", str(unknown))
         except ValueError as bad:
-            return _problem(422, "invalid snapshot request", str(bad))
+            return problem(422, "invalid snapshot request", str(bad))
         except Exception as error:
             log.exception("snapshot failed")
-            return _problem(500, "snapshot failed", repr(error))
+            return problem(500, "snapshot failed", repr(error))
 
     @router.get(
         "/v1/history",
@@ -256,15 +258,16 @@ def memory_router(service: MemoryService) -> APIRouter:
                 agent_id, as_of=as_of, user_id=user_id, session_id=session_id, episodes=episodes
             )
         except UnknownAgent as unknown:
-            return _problem(404, "unknown agent", str(unknown))
+            return problem(404, "unknown agent", str(unknown))
         except ValueError as bad:
-            return _problem(422, "invalid history request", str(bad))
+            return problem(422, "invalid history request", str(bad))
         except Exception as error:
             log.exception("history failed")
-            return _problem(500, "history failed", repr(error))
+            return problem(500, "history failed", repr(error))
 
     return router
 
 
-def _problem(status: int, error: str, reason: str) -> JSONResponse:
+def problem(status: int, error: str, reason: str) -> JSONResponse:
+    """The JSON error every engram endpoint answers with: what failed and why."""
     return JSONResponse(Problem(error=error, reason=reason).model_dump(), status_code=status)

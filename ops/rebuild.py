@@ -78,6 +78,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as ProgressBar
 
+from engram.service import Problem, problem
 from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded
 from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
@@ -677,11 +678,6 @@ class RebuildRequest(BaseModel):
     max_rate: float | None = Field(default=None, gt=0)
 
 
-class RebuildProblem(BaseModel):
-    error: str
-    reason: str
-
-
 def rebuild_router(rebuilds: Rebuilds) -> APIRouter:
     """``POST /v1/admin/rebuilds``, ``GET`` and ``DELETE /v1/admin/rebuilds/{target}``."""
     router = APIRouter(tags=["admin"])
@@ -696,41 +692,37 @@ def rebuild_router(rebuilds: Rebuilds) -> APIRouter:
             "(`clickhouse`: the `memory_changes` table; `vectors`: the collection), swaps it "
             "in atomically once caught up, and drops the previous version unless `keep`."
         ),
-        responses={409: {"model": RebuildProblem}, 503: {"model": RebuildProblem}},
+        responses={409: {"model": Problem}, 503: {"model": Problem}},
     )
     async def start(request: RebuildRequest) -> RebuildStatus | JSONResponse:
         try:
             return rebuilds.start(request.target, keep=request.keep, max_rate=request.max_rate)
         except Busy as busy:
-            return _problem(409, "rebuild running", str(busy))
+            return problem(409, "rebuild running", str(busy))
         except LookupError as missing:
-            return _problem(503, "cannot rebuild", str(missing))
+            return problem(503, "cannot rebuild", str(missing))
 
     @router.get(
         "/v1/admin/rebuilds/{target}",
         response_model=RebuildStatus,
         summary="Progress of the latest rebuild of a target",
-        responses={404: {"model": RebuildProblem}},
+        responses={404: {"model": Problem}},
     )
     async def status(target: Target) -> RebuildStatus | JSONResponse:
         found = rebuilds.status(target)
-        return found if found is not None else _problem(404, "no rebuild", f"none of {target}")
+        return found if found is not None else problem(404, "no rebuild", f"none of {target}")
 
     @router.delete(
         "/v1/admin/rebuilds/{target}",
         response_model=RebuildStatus,
         summary="Cancel a running rebuild (before its swap; the live version stays)",
-        responses={404: {"model": RebuildProblem}},
+        responses={404: {"model": Problem}},
     )
     async def cancel(target: Target) -> RebuildStatus | JSONResponse:
         found = rebuilds.cancel(target)
-        return found if found is not None else _problem(404, "no rebuild", f"none of {target}")
+        return found if found is not None else problem(404, "no rebuild", f"none of {target}")
 
     return router
-
-
-def _problem(status: int, error: str, reason: str) -> JSONResponse:
-    return JSONResponse(RebuildProblem(error=error, reason=reason).model_dump(), status_code=status)
 
 
 # --------------------------------------------------------------------------- the CLI side
