@@ -18,6 +18,24 @@ class PublishError(EngramError):
     assumed about the ones in flight (publishing again is safe: ids deduplicate)."""
 
 
+class BrokerUnavailable(PublishError):
+    """Kafka could not be reached at ``bootstrap``: the client retried with backoff
+    (0.1 s doubling up to 2 s) for ``deadline`` seconds (``Memory(timeout=...)``),
+    ``attempts`` times; ``cause`` is the last error. Nothing of the batch was sent."""
+
+    def __init__(
+        self, bootstrap: str, deadline: float, attempts: int, cause: BaseException
+    ) -> None:
+        super().__init__(
+            f"Kafka at {bootstrap} is unavailable: {attempts} attempts over {deadline:.1f}s"
+            f" (the client's deadline) failed; last error: {cause!r}"
+        )
+        self.bootstrap = bootstrap
+        self.deadline = deadline
+        self.attempts = attempts
+        self.cause = cause
+
+
 class RejectedEvent(EngramError):
     """The server refused a batch; ``index`` and ``reason`` say which event and why."""
 
@@ -40,6 +58,7 @@ class RequestFailed(EngramError):
 
 __all__ = [
     "BadEvent",
+    "BrokerUnavailable",
     "EngramError",
     "NotRunning",
     "PublishError",

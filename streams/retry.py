@@ -1,5 +1,10 @@
 """Retry in place: an infrastructure error stalls the line (lag shows it); it never
-skips a batch."""
+skips a batch.
+
+The backoff is capped at 2 s: a store that comes back is written to again within
+about 2 s (what ``ops/bench/outage.py`` measures), at the cost of one warning every
+2 s while it is away.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ log = logging.getLogger("engram.streams")
 
 
 async def retry_in_place(
-    action: Callable[[], Awaitable[T]], *, what: str, first: float = 0.1, cap: float = 5.0
+    action: Callable[[], Awaitable[T]], *, what: str, first: float = 0.1, cap: float = 2.0
 ) -> T:
     """Run ``action`` until it succeeds, backing off exponentially up to ``cap`` seconds.
 

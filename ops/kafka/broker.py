@@ -4,7 +4,10 @@
 Unlike the embedded Tansu broker, its log is on disk: a broker stopped, or killed
 with SIGKILL, and started again on the same directory keeps every acknowledged
 record. It compacts, and answers ``offsets_for_times`` by the producer's CreateTime.
-The child is tied to its parent (``PR_SET_PDEATHSIG``), so it never outlives it.
+The child is tied to its parent (``PR_SET_PDEATHSIG``), so it never outlives it: to
+the *thread* that started it, in fact (Linux signals the child when that thread
+ends), so start it from a thread that lives as long as the broker should (the main
+one), never from a short-lived one such as a ``threading.Timer``.
 
 A directory holds ``server.properties``, ``log4j2.properties``, the log
 (``data/``) and the broker's output (``kafka.log``).
@@ -215,6 +218,15 @@ class ApacheKafka:
         if process.poll() is None:
             process.kill()
         return process.wait()
+
+    def restart(self, *, crash: bool = True, timeout: float = 90.0) -> str:
+        """SIGKILL (``crash``, as :meth:`kill`) or stop the broker, then start it again
+        on the same directory and ports, its log recovered; return its address."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        return self.start(timeout)
 
     def close(self) -> None:
         """Stop, and remove the directory if it was a temporary one."""
