@@ -2,6 +2,8 @@
 
 - ``POST /v1/events``: one JSON event or an array of them; all are validated
   before any is published, so a batch is accepted whole or not at all.
+- ``POST /v1/erasures``: forget a subject everywhere (a broadcast
+  ``subject.erasure_requested``); answers the request id.
 - ``GET /v1/health``: liveness plus what the stack reports about itself.
 - ``/`` and ``/ping``: the subset of ClickHouse's HTTP interface that ``curl``
   and clickhouse-connect's HTTP client use, read-only, over :class:`QueryGate`.
@@ -20,11 +22,11 @@ from dataclasses import dataclass, field
 from email import policy
 from email.message import Message
 from email.parser import BytesParser
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from engram.sqlgate import (
     QueryFailed,
@@ -61,6 +63,7 @@ def create_api(
     gate: QueryGate,
     info: Callable[[], dict[str, Any]],
     memory: APIRouter | None = None,
+    erase: Erase | None = None,
 ) -> FastAPI:
     """The FastAPI app: events go to ``publish``, SQL to ``gate``, health asks ``info``;
     ``memory`` adds recall and snapshots (:func:`engram.service.memory_router`)."""
@@ -74,6 +77,8 @@ def create_api(
     app.include_router(health_router(info))
     if memory is not None:
         app.include_router(memory)
+    if erase is not None:
+        app.include_router(erasures_router(erase))
     app.include_router(clickhouse_router(gate))
     return app
 
@@ -208,6 +213,64 @@ def events_router(codec: Codec, publish: Publish) -> APIRouter:
                 Refused(503, Problem(error="publish failed", reason=str(error)))
             )
         return Accepted(accepted=len(events), event_ids=[e.event_id for e in events])
+
+    return router
+
+
+# -- POST /v1/erasures ----------------------------------------------------
+
+Erase = Callable[[str, str | None], Awaitable[uuid.UUID]]
+"""Publishes an erasure request for (subject, reason); returns the request id."""
+
+
+class ErasureRequest(BaseModel):
+    """Forget ``subject`` (a user, or an agent without users) everywhere."""
+
+    model_config = ConfigDict(extra="forbid")
+    subject: Annotated[str, Field(min_length=1, max_length=256)]
+    reason: Annotated[str, Field(max_length=1000)] | None = None
+
+
+class ErasureAccepted(BaseModel):
+    """The request is in the log; follow it by ``request_id`` (``GET /v1/status``)."""
+
+    request_id: uuid.UUID
+    subject: str
+
+
+def erasures_router(erase: Erase) -> APIRouter:
+    """``POST /v1/erasures``: publish a broadcast ``subject.erasure_requested``."""
+    router = APIRouter(tags=["erasure"])
+
+    @router.post(
+        "/v1/erasures",
+        status_code=202,
+        response_model=ErasureAccepted,
+        summary="Erase a subject everywhere",
+        description=(
+            "Publishes `subject.erasure_requested` to every partition of the log: the "
+            "worker destroys the subject's data keys, every agent purges the subject, "
+            "the history and the vectors follow, and each agent leaves a receipt "
+            "(`erasures`, counts only). Erasing again is harmless."
+        ),
+        responses={
+            422: {"model": Problem, "description": "the subject is not an identifier"},
+            503: {"model": Problem, "description": "the log did not take the request"},
+        },
+    )
+    async def request_erasure(request: ErasureRequest) -> ErasureAccepted | JSONResponse:
+        try:
+            request_id = await erase(request.subject, request.reason)
+        except ValueError as bad:
+            return _problem_response(
+                Refused(422, Problem(error="invalid erasure", reason=str(bad)))
+            )
+        except Exception as error:  # the log refused: the client's 503, and logged
+            log.exception("publishing an erasure request failed")
+            return _problem_response(
+                Refused(503, Problem(error="publish failed", reason=str(error)))
+            )
+        return ErasureAccepted(request_id=request_id, subject=request.subject)
 
     return router
 

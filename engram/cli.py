@@ -423,6 +423,32 @@ def status_cmd(
         render(console, status_of(response.json()))
 
 
+@app.command("erase")
+def erase_cmd(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="The user to forget.")] = None,
+    agent: Annotated[
+        str | None, typer.Option("--agent", "-a", help="An agent to forget (its user-less memory).")
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="Why (kept in the log).")] = None,
+) -> None:
+    """Forget a subject everywhere: its keys are destroyed, every agent, the history and
+    the vectors purge it, each leaving a receipt without content (see engram status).
+
+    Example: engram erase --user u-7 --reason "GDPR request 2026-11-02"
+    """
+    from engram.client import Memory
+
+    if (user is None) == (agent is None):
+        raise fail("name exactly one subject: --user U or --agent A", 2)
+    subject = user or agent or ""
+    try:
+        with Memory.connect(load_settings(), prefer_http=True) as memory:
+            request_id = memory.erase(subject, reason=reason)
+    except (EngramError, ValueError) as error:
+        raise fail(str(error)) from None
+    console.print(f"erasure of {subject!r} requested: {request_id} (follow it with engram status)")
+
+
 class ExportFormat(StrEnum):
     jsonl = "jsonl"
     avro = "avro"
@@ -444,15 +470,14 @@ def export_cmd(
 
     Example: engram export travel-bot -o travel-bot.avro --format avro
     """
-    from engram.history import history_client
-    from engram.transfer import export_agent
+    from engram.transfer import export_with_keys
 
     path = output or Path(f"{agent}.{format.value}")
     if path.exists() and not force:
         raise fail(f"{path} exists; pass --force to overwrite it", 2)
     partial = path.with_name(path.name + ".partial")
     try:
-        done = export_agent(history_client(load_settings()), agent, partial, format.value)
+        done = export_with_keys(load_settings(), agent, partial, format.value)
     except EngramError as error:
         partial.unlink(missing_ok=True)
         raise fail(str(error)) from None

@@ -1,7 +1,12 @@
 """``engram.Memory``: publish events to the log, directly or through ``engram up``.
 
 Direct mode writes to Kafka with an aiokafka producer (``acks=all``, key =
-``agent_id``, so one agent's events stay in order in one partition). HTTP mode
+``agent_id``, so one agent's events stay in order in one partition). A client with a
+master key (``ENGRAM_MASTER_KEY`` / ``ENGRAM_MASTER_KEY_FILE``) seals every event
+under its subject's data key (written to ``engram.keys`` first when the subject has
+none) and writes it to ``engram.events``; a client without one — the usual agent —
+writes clear events to ``engram.ingest``, which the worker seals onto
+``engram.events`` (``ENGRAM_SEAL=off``: clear, straight to ``engram.events``). HTTP mode
 posts to the API of ``engram up``. Either way every event is validated before
 anything is sent: an invalid event raises :class:`BadEvent` and nothing of the
 batch leaves the process.
@@ -15,20 +20,30 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from engram.errors import NotRunning, PublishError, RejectedEvent, RequestFailed
+from engram.errors import (
+    BrokerUnavailable,
+    NotRunning,
+    PublishError,
+    RejectedEvent,
+    RequestFailed,
+)
 from engram.events import make_event
 from engram.results import DEFAULT_EPISODES, RecallResult, Snapshot
 from engram.settings import Settings
 from schemas import RAW_TYPE_NAMES, BadEvent, Codec, Event
+from schemas.sealed import SealingCodec
+from sinks.keys import KafkaKeyring
 
 T = TypeVar("T")
 EventLike = Event | Mapping[str, Any]
@@ -81,6 +96,10 @@ class Memory:
         self.http = http.rstrip("/") if http else None
         self.timeout = timeout
         self.codec = Codec(max_bytes=self.settings.max_event_bytes, accept=RAW_TYPE_NAMES)
+        self._master = self.settings.master_key()
+        self._keyring: KafkaKeyring | None = None
+        self._sealing: SealingCodec | None = None
+        self._refreshed = 0.0
         self._producer: AIOKafkaProducer | None = None
         self._http: httpx.AsyncClient | None = None
         self._loop: _LoopThread | None = None
@@ -233,6 +252,28 @@ class Memory:
         )
         return await self.apublish(event)
 
+    async def aerase(self, subject: str, *, reason: str | None = None) -> UUID:
+        """Ask engram to forget ``subject`` (a user, or an agent without users)
+        everywhere: its data keys are destroyed, then every agent, the history and the
+        vectors purge it, each leaving a receipt without content. Returns the request
+        id to follow it by (``engram status``; ``erasures`` in SQL). Direct mode
+        publishes the request to every partition of ``engram.events``; HTTP mode posts
+        ``/v1/erasures``. Raises ValueError for a subject that is not an identifier."""
+        from engram.erasure import broadcast, erasure_request
+
+        if self.bootstrap is None:
+            answer = await self._call(
+                "POST", "/v1/erasures", json={"subject": subject, "reason": reason}
+            )
+            return UUID(str(answer["request_id"]))
+        request = erasure_request(subject, reason)
+        producer = await self._kafka()
+        try:
+            await broadcast(producer, self.settings.events_topic, self.codec, request, self.timeout)
+        except (KafkaError, TimeoutError) as error:
+            raise PublishError(f"Kafka did not acknowledge the erasure: {error!r}") from None
+        return request.event_id
+
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         if self.http is None:
             raise NotRunning(
@@ -250,6 +291,9 @@ class Memory:
         return response.json()
 
     async def aclose(self) -> None:
+        if self._keyring is not None:
+            await self._keyring.stop()
+            self._keyring = self._sealing = None
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
@@ -258,34 +302,92 @@ class Memory:
             self._http = None
 
     async def _kafka(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                acks="all",
-                linger_ms=5,
-                max_request_size=max(1_048_576, self.settings.max_event_bytes * 2),
-                request_timeout_ms=int(self.timeout * 1000),
-            )
+        """The started producer. An unreachable Kafka is tried again with backoff (0.1 s
+        doubling up to 2 s) until ``timeout`` s have passed, then BrokerUnavailable."""
+        deadline, attempts, pause = time.monotonic() + self.timeout, 0, 0.1
+        while self._producer is None:
+            attempts += 1
+            producer = self._new_producer()
             try:
-                await asyncio.wait_for(producer.start(), self.timeout)
+                await asyncio.wait_for(producer.start(), max(deadline - time.monotonic(), 0.1))
+                self._producer = producer
             except (KafkaError, OSError, TimeoutError) as error:
                 await producer.stop()
-                raise PublishError(f"cannot reach Kafka at {self.bootstrap}: {error!r}") from None
-            self._producer = producer
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BrokerUnavailable(
+                        str(self.bootstrap), self.timeout, attempts, error
+                    ) from None
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, 2.0)
         return self._producer
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            acks="all",
+            linger_ms=5,
+            max_request_size=max(1_048_576, self.settings.max_event_bytes * 2),
+            request_timeout_ms=int(self.timeout * 1000),
+        )
+
+    @property
+    def topic(self) -> str:
+        """Where direct mode writes: ``engram.events`` when this client seals (or
+        sealing is off), else ``engram.ingest`` (the worker seals)."""
+        if self._master is not None or not self.settings.seal:
+            return self.settings.events_topic
+        return self.settings.ingest_topic
+
+    async def _sealer(self) -> SealingCodec:
+        """The sealing codec, its keyring started (and refreshed at most once a
+        second, so that a destroyed key is not sealed under for long)."""
+        assert self._master is not None
+        if self._keyring is None:
+            keyring = KafkaKeyring(
+                self.bootstrap or "",
+                self.settings.keys_topic,
+                self._master,
+                self.settings.key_archive(),
+            )
+            try:
+                await asyncio.wait_for(keyring.start(), self.timeout)
+            except (KafkaError, OSError, TimeoutError) as error:
+                await keyring.stop()
+                raise PublishError(f"cannot read the data keys: {error!r}") from None
+            self._keyring, self._refreshed = keyring, time.monotonic()
+            self._sealing = SealingCodec(
+                keyring, max_bytes=self.settings.max_event_bytes, accept=RAW_TYPE_NAMES
+            )
+        elif time.monotonic() - self._refreshed > 1.0:
+            await self._keyring.refresh()
+            self._refreshed = time.monotonic()
+        assert self._sealing is not None
+        return self._sealing
+
+    async def _values(self, events: Sequence[Event]) -> list[bytes]:
+        """The bytes to send: sealed (their new keys written first) or clear Avro."""
+        if self._master is None:
+            return [self.codec.encode(e) for e in events]
+        sealing = await self._sealer()
+        values = [sealing.encode(e) for e in events]
+        assert self._keyring is not None
+        await self._keyring.flush()
+        return values
 
     async def _send_kafka(self, events: Sequence[Event]) -> None:
         producer = await self._kafka()
-        topic = self.settings.events_topic
+        topic = self.topic
         try:
+            values = await self._values(events)
             futures = [
                 await producer.send(
                     topic,
                     key=e.agent_id.encode(),
-                    value=self.codec.encode(e),
+                    value=value,
                     timestamp_ms=int(e.occurred_at.timestamp() * 1000),
                 )
-                for e in events
+                for e, value in zip(events, values, strict=True)
             ]
             await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
         except (KafkaError, TimeoutError) as error:
@@ -335,6 +437,10 @@ class Memory:
     def feedback(self, memory_id: str, useful: bool, **options: Any) -> Event:
         """Sync :meth:`afeedback`."""
         return self._run(self.afeedback(memory_id, useful, **options))
+
+    def erase(self, subject: str, *, reason: str | None = None) -> UUID:
+        """Sync :meth:`aerase`."""
+        return self._run(self.aerase(subject, reason=reason))
 
     def close(self) -> None:
         if self._loop is not None:

@@ -505,6 +505,7 @@ def time_travel(
     fold of the archived log), read through :func:`history_client`. Raises
     :class:`~engram.snapshot.UnknownAgent`, ``EngramError`` (no history, a failed query)."""
     from engram.snapshot import take_snapshot
+    from engram.transfer import archive_opener
     from sinks.clickhouse import ClickHouseHistory
 
     client = history_client(settings)
@@ -518,14 +519,16 @@ def time_travel(
                 session_id=session_id,
                 episodes=episodes,
             )
-        return take_snapshot(
-            ClickHouseHistory(client),
-            agent_id,
-            as_of=moment,
-            user_id=user_id,
-            session_id=session_id,
-            episodes=episodes,
-        )
+        with archive_opener(settings) as open_event:  # sealed events open with the keys
+            return take_snapshot(
+                ClickHouseHistory(client),
+                agent_id,
+                as_of=moment,
+                user_id=user_id,
+                session_id=session_id,
+                episodes=episodes,
+                open_event=open_event,
+            )
     except ClickHouseError as error:
         raise EngramError(f"history query failed: {error}") from None
     finally:

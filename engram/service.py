@@ -28,6 +28,7 @@ from processors import MemoryConfig
 from processors.recall import RecallWeights
 from schemas import Event
 from sinks.clickhouse import ClickHouseHistory
+from sinks.keys import OpenEvent
 
 log = logging.getLogger("engram.api")
 Publish = Callable[[Sequence[Event]], Awaitable[None]]
@@ -59,7 +60,8 @@ class Problem(BaseModel):
 
 
 class MemoryService:
-    """Recall (with its ``memory.recalled`` record) and snapshots."""
+    """Recall (with its ``memory.recalled`` record) and snapshots; ``open_event``
+    opens the sealed events a replay reads (skipping shredded ones)."""
 
     def __init__(
         self,
@@ -68,7 +70,9 @@ class MemoryService:
         history: ClickHouseHistory,
         publish: Publish,
         config: MemoryConfig | None = None,
+        open_event: OpenEvent | None = None,
     ) -> None:
+        self.open_event = open_event
         self.recaller = recaller
         self.history = history
         self.publish = publish
@@ -140,6 +144,7 @@ class MemoryService:
                 as_of=as_of,
                 episodes=episodes,
                 config=self.config,
+                open_event=self.open_event,
             ),
         )
 

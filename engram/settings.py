@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from schemas import DEFAULT_MAX_BYTES
+from sinks.keys import KeyFile, MasterKey
 
 
 class SettingsError(ValueError):
@@ -98,6 +99,15 @@ def _llm_model(env: Mapping[str, str], url: str | None) -> str | None:
     return model
 
 
+def _seal(env: Mapping[str, str]) -> bool:
+    """``ENGRAM_SEAL``: ``on`` (default) seals events under per-subject keys; ``off``
+    publishes them clear (no crypto-shredding: erasure cannot reach the log)."""
+    raw = (env.get("ENGRAM_SEAL") or "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise SettingsError(f"ENGRAM_SEAL={raw!r} must be on or off")
+    return raw == "on"
+
+
 def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
     raw = env.get(name) or default
     host, sep, port = raw.rpartition(":")
@@ -135,6 +145,14 @@ class Settings:
     llm_model: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)
     llm_timeout_s: float = 20.0
+    ingest_topic: str = "engram.ingest"
+    keys_topic: str = "engram.keys"
+    seal: bool = True
+    master_key_base64: str | None = field(default=None, repr=False)
+    master_key_file: Path | None = None
+    key_file: Path | None = None
+    """A local copy of the key topic (:class:`~sinks.keys.KeyFile`): the embedded
+    stack sets ``$ENGRAM_HOME/keys.jsonl``; no environment variable."""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -168,7 +186,51 @@ class Settings:
             llm_model=_llm_model(env, llm_url),
             llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,
             llm_timeout_s=_float(env, "ENGRAM_LLM_TIMEOUT_S", 20.0),
+            seal=_seal(env),
+            master_key_base64=env.get("ENGRAM_MASTER_KEY") or None,
+            master_key_file=Path(file).expanduser()
+            if (file := env.get("ENGRAM_MASTER_KEY_FILE"))
+            else None,
         )
+
+    @property
+    def sealing(self) -> bool:
+        """Whether this process seals: sealing is on and it holds a master key."""
+        return self.seal and (
+            self.master_key_base64 is not None or self.master_key_file is not None
+        )
+
+    def master_key(self) -> MasterKey | None:
+        """The master key (``ENGRAM_MASTER_KEY``, else ``ENGRAM_MASTER_KEY_FILE``), or
+        None when this process has none or sealing is off; SettingsError when it
+        does not read as 32 bytes of base64."""
+        if not self.sealing:
+            return None
+        try:
+            if self.master_key_base64 is not None:
+                return MasterKey.from_base64(self.master_key_base64)
+            assert self.master_key_file is not None
+            return MasterKey.from_file(self.master_key_file)
+        except (OSError, ValueError) as error:
+            where = "ENGRAM_MASTER_KEY" if self.master_key_base64 else "ENGRAM_MASTER_KEY_FILE"
+            raise SettingsError(f"{where}: {error}") from None
+
+    def key_archive(self) -> KeyFile | None:
+        return KeyFile(self.key_file) if self.key_file is not None else None
+
+    def with_home_master_key(self) -> Settings:
+        """These settings with ``$ENGRAM_HOME/master.key`` (created, mode 0600, when
+        missing) as the master key, unless one is set or sealing is off, and
+        ``$ENGRAM_HOME/keys.jsonl`` as the key file: what the stack runs with, so that
+        it always seals and its keys outlive a broker that keeps its log in memory."""
+        if not self.seal:
+            return self
+        keys = self.home / "keys.jsonl"
+        if self.sealing:
+            return replace(self, key_file=keys)
+        path = self.home / "master.key"
+        MasterKey.from_file(path, create=True)
+        return replace(self, master_key_file=path, key_file=keys)
 
     @property
     def embedded_broker(self) -> bool:

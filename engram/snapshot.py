@@ -34,6 +34,7 @@ from processors.forgetting import ForgettingParams, retention
 from processors.working import SessionState
 from schemas import BadEvent, Codec, EpisodeBody, EpisodeClosed
 from sinks.clickhouse import ClickHouseHistory
+from sinks.keys import OpenEvent
 
 
 class UnknownAgent(LookupError):
@@ -50,6 +51,7 @@ def take_snapshot(
     episodes: int = DEFAULT_EPISODES,
     config: MemoryConfig | None = None,
     list_memories: bool | None = None,
+    open_event: OpenEvent | None = None,
 ) -> Snapshot:
     """The snapshot of ``agent_id`` now (``as_of`` None) or as of an aware moment.
 
@@ -64,13 +66,17 @@ def take_snapshot(
     latest snapshot reads its episode tail from the history. Raises
     :class:`UnknownAgent` when the history has no event of the agent (at or before
     ``as_of``), ``ValueError`` for a naive ``as_of`` or a negative ``episodes``.
+
+    ``open_event`` reads each archived payload (sealed ones with the keys, see
+    :func:`sinks.keys.open_waiting`; None for a shredded event, which the replay skips
+    and counts in ``position.skipped``); without it only clear payloads are read.
     """
     if as_of is not None and as_of.tzinfo is None:
         raise ValueError("as_of must be an aware datetime (UTC offset included)")
     if episodes < 0:
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
-    memory, position, closed = _fold(history, agent_id, as_of, config)
+    memory, position, closed = _fold(history, agent_id, as_of, config, open_event)
     if position.seq < 0:
         when = "" if as_of is None else f" at or before {as_of.isoformat()}"
         raise UnknownAgent(f"no events of agent {agent_id!r} in the history{when}")
@@ -106,7 +112,11 @@ def take_snapshot(
 
 
 def _fold(
-    history: ClickHouseHistory, agent_id: str, as_of: datetime | None, config: MemoryConfig
+    history: ClickHouseHistory,
+    agent_id: str,
+    as_of: datetime | None,
+    config: MemoryConfig,
+    open_event: OpenEvent | None = None,
 ) -> tuple[AgentMemory, Position, list[dict[str, Any]] | None]:
     """The fold up to ``as_of``, its position and, when it started from the first
     event (not from a checkpoint), every episode it closed, oldest first."""
@@ -118,14 +128,16 @@ def _fold(
         state = AgentState(agent_id=agent_id)
     memory = AgentMemory(state, config)
     closed: list[dict[str, Any]] | None = None if start is not None else []
-    codec = Codec()
+    read = open_event or Codec().decode
     folded = skipped = 0
     last_at: datetime | None = None
     last_seq = memory.seq
     for archived in history.agent_log(agent_id, after_seq=memory.seq, until=as_of):
         try:
-            event = codec.decode(archived.payload)
+            event = read(archived.payload)
         except BadEvent:
+            event = None
+        if event is None:  # bad, or sealed under a destroyed key (an erased subject)
             skipped += 1
             continue
         step = memory.apply(event)

@@ -7,6 +7,10 @@ CLI renders it. Lag is per partition of ``engram.events`` (the fold) and
 the partition minus the group's committed offset. A partition the group has never
 committed counts from its start. The embedded broker (Tansu) reports an end offset
 from the start of the last record batch, so its lag can read up to one batch low.
+
+Erasures: *pending* are the ``subject.erasure_requested`` still ahead of the fold on
+some partition of ``engram.events`` (read from the broker); *completed* are the
+others that left receipts in the history's ``erasures`` table, summed over agents.
 """
 
 from __future__ import annotations
@@ -15,12 +19,16 @@ import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastapi import APIRouter
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+
+from schemas import BadEvent, Codec, SubjectErasureRequested
+from sinks.clickhouse import ErasureReceipt
 
 REASON_HEADER = "engram.reason"
 """The dead letter's reason header (``streams.pipeline.REASON_HEADER``)."""
@@ -46,6 +54,33 @@ class Projections(BaseModel):
     vectors_versions: list[int] = []
 
 
+class PendingErasure(BaseModel):
+    """A request in the log that the fold has not yet applied on every partition."""
+
+    request_id: UUID
+    subject: str
+    requested_at: datetime | None
+    partitions: list[int]
+
+
+class CompletedErasure(BaseModel):
+    """A request every partition has applied, with its receipts summed over agents:
+    ``fold`` what the agents dropped, ``rows`` the history rows deleted per table."""
+
+    request_id: UUID
+    subject: str
+    requested_at: datetime | None
+    erased_at: datetime
+    agents: int
+    fold: dict[str, int]
+    rows: dict[str, int]
+
+
+class Erasures(BaseModel):
+    pending: list[PendingErasure] = []
+    completed: list[CompletedErasure] = []
+
+
 class Status(BaseModel):
     """What ``GET /v1/status`` answers."""
 
@@ -55,6 +90,7 @@ class Status(BaseModel):
     dead_letters: DeadLetters
     projections: Projections
     checked_at: datetime
+    erasures: Erasures = Erasures()
 
 
 async def consumer_lag(bootstrap: str, group: str, topics: Sequence[str]) -> list[PartitionLag]:
@@ -126,6 +162,105 @@ async def dead_letters(bootstrap: str, topic: str) -> DeadLetters:
         await consumer.stop()
 
 
+async def pending_erasures(
+    bootstrap: str, events_topic: str, lag: Sequence[PartitionLag], codec: Codec
+) -> list[PendingErasure]:
+    """Erasure requests between the group's committed offset and the end of each
+    partition of ``events_topic`` (read from the broker, the types told by their
+    Avro header, at most :data:`PENDING_SCAN` records per partition)."""
+    behind = [p for p in lag if p.topic == events_topic and p.lag > 0]
+    if not behind:
+        return []
+    found: dict[UUID, PendingErasure] = {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        for part in behind:
+            for request in await _requests_in(consumer, part, codec):
+                entry = found.setdefault(
+                    request.event_id,
+                    PendingErasure(
+                        request_id=request.event_id,
+                        subject=request.body.subject,
+                        requested_at=request.body.requested_at,
+                        partitions=[],
+                    ),
+                )
+                if part.partition not in entry.partitions:
+                    entry.partitions.append(part.partition)
+    finally:
+        await consumer.stop()
+    return list(found.values())
+
+
+PENDING_SCAN = 100_000
+
+
+async def _requests_in(
+    consumer: AIOKafkaConsumer, part: PartitionLag, codec: Codec
+) -> list[SubjectErasureRequested]:
+    tp = TopicPartition(part.topic, part.partition)
+    consumer.assign([tp])
+    start = part.end - part.lag
+    consumer.seek(tp, start)
+    stop = min(part.end, start + PENDING_SCAN)
+    out: list[SubjectErasureRequested] = []
+    while await consumer.position(tp) < stop:
+        batch = await consumer.getmany(tp, timeout_ms=2000, max_records=10_000)
+        records = batch.get(tp, [])
+        if not records:
+            break
+        for record in records:
+            if record.offset < stop:
+                out += _request_of(codec, record.value)
+    return out
+
+
+def _request_of(codec: Codec, raw: bytes | None) -> list[SubjectErasureRequested]:
+    if raw is None:
+        return []
+    writer = codec.writers.get(raw[2:10])
+    if writer is None or writer.reader.event_type is not SubjectErasureRequested:
+        return []
+    try:
+        event = codec.decode(raw)
+    except BadEvent:
+        return []
+    return [event] if isinstance(event, SubjectErasureRequested) else []
+
+
+def completed_erasures(
+    receipts: Sequence[ErasureReceipt], pending: Sequence[PendingErasure]
+) -> list[CompletedErasure]:
+    """The receipts summed per request, for the requests no longer pending."""
+    waiting = {p.request_id for p in pending}
+    done: dict[UUID, CompletedErasure] = {}
+    for r in receipts:
+        if r.request_id in waiting:
+            continue
+        entry = done.get(r.request_id)
+        if entry is None:
+            entry = done[r.request_id] = CompletedErasure(
+                request_id=r.request_id,
+                subject=r.subject,
+                requested_at=r.requested_at,
+                erased_at=r.erased_at,
+                agents=0,
+                fold={},
+                rows={},
+            )
+        entry.agents += 1
+        entry.erased_at = max(entry.erased_at, r.erased_at)
+        _add(entry.fold, r.fold)
+        _add(entry.rows, r.rows)
+    return list(done.values())
+
+
+def _add(total: dict[str, int], more: dict[str, int]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+
+
 async def gather_status(
     *,
     bootstrap: str,
@@ -133,8 +268,11 @@ async def gather_status(
     topics: Sequence[str],
     dead_letter_topic: str,
     projections: Projections,
+    receipts: Sequence[ErasureReceipt] = (),
 ) -> Status:
+    """The status; pending erasures are looked for on ``topics[0]`` (the raw log)."""
     lag = await consumer_lag(bootstrap, group, topics)
+    pending = await pending_erasures(bootstrap, topics[0], lag, Codec()) if topics else []
     return Status(
         group=group,
         lag=lag,
@@ -142,6 +280,7 @@ async def gather_status(
         dead_letters=await dead_letters(bootstrap, dead_letter_topic),
         projections=projections,
         checked_at=datetime.now(UTC),
+        erasures=Erasures(pending=pending, completed=completed_erasures(receipts, pending)),
     )
 
 
@@ -164,6 +303,22 @@ def render(console: Console, status: Status) -> None:
         f"projections: memory_changes v{proj.clickhouse_memory_changes},"
         f" vectors v{proj.vectors_live} (versions on disk: {versions})"
     )
+    render_erasures(console, status.erasures)
+
+
+def render_erasures(console: Console, erasures: Erasures) -> None:
+    """Pending and completed erasures, one line each (counts only)."""
+    console.print(f"erasures: {len(erasures.pending)} pending, {len(erasures.completed)} completed")
+    for p in erasures.pending:
+        where = ", ".join(map(str, sorted(p.partitions)))
+        console.print(f"  pending   {p.request_id} {p.subject!r} (partitions {where})")
+    for c in erasures.completed:
+        fold = " ".join(f"{k}={v}" for k, v in sorted(c.fold.items()))
+        rows = sum(c.rows.values())
+        console.print(
+            f"  completed {c.request_id} {c.subject!r} at {c.erased_at:%Y-%m-%d %H:%M:%S}:"
+            f" {c.agents} agents, {fold}, {rows} history rows deleted"
+        )
 
 
 def status_of(payload: Any) -> Status:
@@ -177,19 +332,24 @@ def status_router(
     topics: Sequence[str],
     dead_letter_topic: str,
     projections: Callable[[], Projections],
+    erasures: Callable[[], Sequence[ErasureReceipt]] | None = None,
 ) -> APIRouter:
-    """``GET /v1/status``; ``projections`` reads the live versions (it may block)."""
+    """``GET /v1/status``; ``projections`` reads the live versions and ``erasures``
+    the erasure receipts (both may block)."""
     router = APIRouter(tags=["operations"])
 
     @router.get("/v1/status", response_model=Status, summary="Lag, dead letters, projections")
     async def status() -> Status:
-        versions = await asyncio.get_running_loop().run_in_executor(None, projections)
+        loop = asyncio.get_running_loop()
+        versions = await loop.run_in_executor(None, projections)
+        receipts = await loop.run_in_executor(None, erasures) if erasures is not None else ()
         return await gather_status(
             bootstrap=bootstrap,
             group=group,
             topics=topics,
             dead_letter_topic=dead_letter_topic,
             projections=versions,
+            receipts=receipts,
         )
 
     return router

@@ -21,14 +21,19 @@ Two formats:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import fastavro
 
+from engram.client import read_up_file
 from engram.errors import EngramError
+from engram.settings import Settings
 from schemas import BadEvent, Codec, Event
+from schemas.sealed import is_sealed
+from sinks.keys import BlockingKeyring, MasterKey, OpenEvent
 
 Format = Literal["jsonl", "avro"]
 FORMATS: tuple[Format, ...] = ("jsonl", "avro")
@@ -79,12 +84,21 @@ def archived(client: Any, agent_id: str) -> Iterator[tuple[int, bytes]]:
 
 
 def export_agent(
-    client: Any, agent_id: str, path: Path, fmt: Format, codec: Codec | None = None
+    client: Any,
+    agent_id: str,
+    path: Path,
+    fmt: Format,
+    codec: Codec | None = None,
+    open_event: OpenEvent | None = None,
 ) -> Exported:
     """Write ``agent_id``'s log to ``path`` in ``fmt``; EngramError when the history has
-    no event of the agent (nothing is written then)."""
+    no event of the agent (nothing is written then). The file holds the events opened:
+    ``open_event`` opens sealed payloads (:func:`archive_opener`), and skips the ones
+    sealed under a destroyed key (an erased subject is not exported); both formats hold
+    clear events, which the importing deployment seals as it publishes them."""
     codec = codec or Codec()
-    records = archived(client, agent_id)
+    read = open_event or codec.decode
+    records = _opened(archived(client, agent_id), read, codec)
     first = next(records, None)
     if first is None:
         raise EngramError(f"no events of agent {agent_id!r} in the history: nothing to export")
@@ -100,7 +114,7 @@ def export_agent(
     with path.open("wb") as out:
         if fmt == "jsonl":
             for _, payload in every():
-                out.write(codec.encode_json(_decode(codec, payload)) + b"\n")
+                out.write(codec.encode_json(codec.decode(payload)) + b"\n")
         else:
             rows = ({"agent_id": agent_id, "seq": s, "payload": p} for s, p in every())
             fastavro.writer(out, _PARSED, rows, codec="deflate")
@@ -114,11 +128,51 @@ def _chain(
     yield from rest
 
 
-def _decode(codec: Codec, payload: bytes) -> Event:
+def _opened(
+    records: Iterator[tuple[int, bytes]], read: OpenEvent, codec: Codec
+) -> Iterator[tuple[int, bytes]]:
+    """``(seq, clear payload)`` of the events that open; shredded ones are left out."""
+    for seq, payload in records:
+        event = _decode(read, payload)
+        if event is not None:
+            yield seq, codec.encode(event) if is_sealed(payload) else payload
+
+
+def _decode(read: OpenEvent, payload: bytes) -> Event | None:
     try:
-        return codec.decode(payload)
+        return read(payload)
     except BadEvent as bad:  # the fold archived it, so it decoded then
         raise EngramError(f"an archived event no longer decodes: {bad.reason}") from None
+
+
+@contextmanager
+def archive_opener(settings: Settings) -> Iterator[OpenEvent | None]:
+    """An :data:`~sinks.keys.OpenEvent` with the deployment's keys (its master key from
+    the settings, else ``$ENGRAM_HOME/master.key`` of the embedded stack; the key topic
+    on ``ENGRAM_KAFKA_BOOTSTRAP`` or the running ``engram up``'s broker), or None when
+    either is missing (clear payloads only)."""
+    master = settings.master_key()
+    home_key = settings.home / "master.key"
+    if master is None and settings.seal and home_key.exists():
+        master = MasterKey.from_file(home_key)
+    up = read_up_file(settings.up_file)
+    bootstrap = settings.kafka_bootstrap or (up or {}).get("kafka_bootstrap")
+    if master is None or not bootstrap:
+        yield None
+        return
+    keys = BlockingKeyring(str(bootstrap), settings.keys_topic, master)
+    try:
+        yield keys.opener(max_bytes=settings.max_event_bytes)
+    finally:
+        keys.close()
+
+
+def export_with_keys(settings: Settings, agent_id: str, path: Path, fmt: Format) -> Exported:
+    """:func:`export_agent` from the deployment's history, opened with its keys."""
+    from engram.history import history_client  # engram.history imports the CLI's world
+
+    with archive_opener(settings) as open_event:
+        return export_agent(history_client(settings), agent_id, path, fmt, open_event=open_event)
 
 
 def read_export(path: Path, codec: Codec | None = None) -> list[Event]:

@@ -231,7 +231,8 @@ def rows(up: Mapping[str, Any], query: str) -> list[tuple[Any, ...]]:
 
 def read_history(up: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
     return (
-        rows(up, "SELECT * FROM events FINAL ORDER BY agent_id, seq"),
+        # payload is sealed (a fresh nonce and key per run): the clear body is compared
+        rows(up, "SELECT * EXCEPT (payload) FROM events FINAL ORDER BY agent_id, seq"),
         rows(up, "SELECT * FROM memory_changes FINAL ORDER BY agent_id, seq, idx"),
         rows(up, "SELECT * FROM agent_states FINAL ORDER BY agent_id"),
     )

@@ -81,6 +81,7 @@ from rich.progress import Progress as ProgressBar
 from engram.service import Problem, problem
 from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded
 from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
+from sinks.keys import OpenEvent
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
 from streams.vectors import Op, apply_operations, operations
 
@@ -433,13 +434,18 @@ CAUGHT_UP = 2_000
 """Lag (records) below which a rebuild stops its open passes and swaps."""
 
 
-def decode_derived(codec: Codec, values: Sequence[bytes]) -> list[DerivedEvent]:
+def decode_derived(
+    codec: Codec, values: Sequence[bytes], open_event: OpenEvent | None = None
+) -> list[DerivedEvent]:
     """The derived events among ``values``; undecodable bytes are logged and skipped
-    (the fold wrote them, so that is a bug, not input)."""
+    (the fold wrote them, so that is a bug, not input). ``open_event`` (see
+    :func:`sinks.keys.open_waiting`) reads sealed ones too; what it finds shredded
+    (None: an erased subject) is skipped."""
+    read = open_event or codec.decode
     out: list[DerivedEvent] = []
     for value in values:
         try:
-            event = codec.decode(value)
+            event = read(value)
         except BadEvent as bad:
             log.error("undecodable record on the derived log: %s", bad.reason)
             continue
@@ -453,8 +459,10 @@ async def rebuild(
     reader: LogReader,
     progress: Progress,
     codec: Codec | None = None,
+    open_event: OpenEvent | None = None,
 ) -> RebuildStatus:
-    """Run one rebuild to its end (done, cancelled or failed); see the module doc."""
+    """Run one rebuild to its end (done, cancelled or failed); see the module doc.
+    ``open_event`` opens sealed records (:func:`decode_derived`)."""
     codec = codec or Codec()
     swapped = False
     writing: asyncio.Future[int] | None = None  # one batch written while the next is read
@@ -472,7 +480,7 @@ async def rebuild(
 
     async def apply(values: list[bytes]) -> None:
         nonlocal writing
-        events = decode_derived(codec, values)
+        events = decode_derived(codec, values, open_event)
         await drain()
         writing = asyncio.ensure_future(projection.apply(events))
         progress.done = reader.done()
@@ -556,6 +564,10 @@ class GatedIndex:
         with self.gate:
             self.inner.set_payload(items)
 
+    def erase(self, agent_id: str, user_id: str | None) -> int:
+        with self.gate:
+            return self.inner.erase(agent_id, user_id)
+
     def search_dense(self, vector: list[float], scope: Scope, limit: int) -> list[Hit]:
         return self.inner.search_dense(vector, scope, limit)
 
@@ -616,7 +628,9 @@ class Rebuilds:
         vectors: GatedIndex | None,
         model: str | None,
         settle_s: float = 30.0,
+        open_event: OpenEvent | None = None,
     ) -> None:
+        self.open_event = open_event
         self.bootstrap = bootstrap
         self.topic = topic
         self.history = history
@@ -642,7 +656,9 @@ class Rebuilds:
             progress = Progress(target, keep)
             reader = LogReader(self.bootstrap, self.topic, max_rate=max_rate)
             thread = threading.Thread(
-                target=lambda: asyncio.run(rebuild(projection, reader, progress)),
+                target=lambda: asyncio.run(
+                    rebuild(projection, reader, progress, open_event=self.open_event)
+                ),
                 name=f"engram-rebuild-{target}",
                 daemon=True,
             )

@@ -42,16 +42,22 @@ from ops.topics import ensure_topics, pipeline_topics
 from processors import MemoryConfig
 from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
+from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory
 from sinks.embedding import Embedder, get_embedder
+from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams.app import create_app, create_topics
+from streams.ingest import WorkerKeys, register_ingest
 from streams.pipeline import register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
 from streams.vectors import register_vectors
 
 log = logging.getLogger("engram.up")
+KEY_FOLLOW_S = 2.0
+"""How often the stack reads the key topic into its key file (keys made by producers
+elsewhere; destroyed ones, whose material the file then drops)."""
 Say = Callable[[str], None]
 
 
@@ -91,8 +97,28 @@ def build_worker_app(
         events=settings.events_topic,
         memory=settings.memory_topic,
         dead_letters=settings.dlq_topic,
+        ingest=settings.ingest_topic,
     )
-    codec = Codec(max_bytes=settings.max_event_bytes)
+    master = settings.master_key()
+    ring = (
+        KafkaKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
+        if master is not None
+        else None
+    )
+    keys = WorkerKeys(ring)
+    codec = SealingCodec(ring, max_bytes=settings.max_event_bytes)
+    assert topics.ingest is not None
+    register_ingest(
+        app,
+        ingest=topics.ingest,
+        events_topic=settings.events_topic,
+        dead_letter_topic=settings.dlq_topic,
+        codec=SealingCodec(ring, max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
+        keys=keys,
+        bootstrap=bootstrap,
+        batch_size=settings.batch_size,
+        within=settings.flush_interval_s,
+    )
     if settings.tick_interval_s > 0:
         register_ticker(
             app,
@@ -111,6 +137,7 @@ def build_worker_app(
         batch_size=settings.batch_size,
         within=settings.flush_interval_s,
         summariser=episode_summariser(settings, history),
+        keys=keys,
     )
     if vectors is not None:
         index, embedder = vectors
@@ -121,6 +148,7 @@ def build_worker_app(
             embedder=embedder,
             codec=codec,
             bootstrap=bootstrap,
+            keys=keys,
         )
     return app
 
@@ -130,11 +158,21 @@ async def prepare_log(
 ) -> int:
     """Create the topics and restore the archive into an empty broker."""
     specs = pipeline_topics(
-        settings.events_topic, settings.memory_topic, settings.dlq_topic, settings.partitions
+        settings.events_topic,
+        settings.memory_topic,
+        settings.dlq_topic,
+        settings.partitions,
+        ingest=settings.ingest_topic,
+        keys=settings.keys_topic,
     )
     created = await ensure_topics(bootstrap, specs)
     if created:
         say(f"created topics: {', '.join(created)}")
+    archive = settings.key_archive()
+    if archive is not None and (
+        restored := await restore_keys(bootstrap, settings.keys_topic, archive)
+    ):
+        say(f"restored {restored} data key records from {archive.path}")
 
     def progress(done: int, total: int) -> None:
         say(f"restoring the log from the archive: {done}/{total}")
@@ -148,7 +186,10 @@ def http_api(
     gate: QueryGate,
     info: dict[str, Any],
     recaller: Recaller | None,
+    open_event: OpenEvent | None = None,
 ) -> Any:
+    """The HTTP API; its publisher seals (``POST /v1/events``, recall records) when
+    ``settings`` hold a master key, and its replays open with ``open_event``."""
     publisher = Memory(bootstrap=bootstrap, settings=settings)
 
     async def publish(events: Sequence[Event]) -> None:
@@ -158,6 +199,7 @@ def http_api(
         recaller=recaller,
         history=ClickHouseHistory(gate.reader, gate.executor),
         publish=publish,
+        open_event=open_event,
     )
     return create_api(
         codec=Codec(max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
@@ -165,6 +207,7 @@ def http_api(
         gate=gate,
         info=lambda: info,
         memory=memory_router(service),
+        erase=lambda subject, reason: publisher.aerase(subject, reason=reason),
     )
 
 
@@ -177,10 +220,26 @@ def open_vectors(settings: Settings, say: Say) -> tuple[VectorIndex, Embedder]:
     return index, embedder
 
 
+def open_keys(settings: Settings, bootstrap: str, say: Say) -> BlockingKeyring | None:
+    """The keys the stack's readers open sealed events with (None: sealing is off)."""
+    master = settings.master_key()
+    if master is None:
+        say("sealing: off (ENGRAM_SEAL=off): events are kept in clear")
+        return None
+    where = "ENGRAM_MASTER_KEY" if settings.master_key_base64 else settings.master_key_file
+    say(f"sealing: per-subject keys on {settings.keys_topic}, master key {where}")
+    keys = BlockingKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
+    keys.follow(KEY_FOLLOW_S)
+    return keys
+
+
 def run_up(settings: Settings, say: Say = print) -> int:
-    """Run the stack until a signal; return the exit code."""
+    """Run the stack until a signal; return the exit code. Without a master key in
+    the environment it seals with ``$ENGRAM_HOME/master.key`` (made when missing)."""
     settings.home.mkdir(parents=True, exist_ok=True)
+    settings = settings.with_home_master_key()
     broker: EmbeddedBroker | None = None
+    keys: BlockingKeyring | None = None
     http: HttpThread | None = None
     index: VectorIndex | None = None
     rebuilds: Rebuilds | None = None
@@ -199,6 +258,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
         restored = asyncio.run(prepare_log(settings, bootstrap, history, say))
         if restored:
             say(f"restored {restored} events from the archive")
+        keys = open_keys(settings, bootstrap, say)
+        open_event = keys.opener(max_bytes=settings.max_event_bytes) if keys else None
         index, embedder = open_vectors(settings, say)
         recaller = Recaller(index, embedder)
         gated = GatedIndex(index)
@@ -208,6 +269,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             history=history,
             vectors=gated,
             model=embedder.name,
+            open_event=open_event,
         )
         info: dict[str, Any] = {
             "http": settings.http_url,
@@ -221,7 +283,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             "started_at": datetime.now(UTC).isoformat(),
             "home": str(settings.home),
         }
-        api = http_api(settings, bootstrap, gate, info, recaller)
+        api = http_api(settings, bootstrap, gate, info, recaller, open_event)
         api.include_router(rebuild_router(rebuilds))
         api.include_router(
             status_router(
@@ -234,6 +296,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
                     vectors_live=index.live_version() if index is not None else None,
                     vectors_versions=index.versions() if index is not None else [],
                 ),
+                erasures=history.erasures,
             )
         )
         http = HttpThread(api, settings.http_host, settings.http_port)
@@ -253,6 +316,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
         settings.up_file.unlink(missing_ok=True)
         if index is not None:
             index.close()
+        if keys is not None:
+            keys.close()
         if broker is not None:
             broker.stop()
 

@@ -51,6 +51,8 @@ class FactVersion(Model):
     valid_to: UtcMillis | None = None
     asserted_by: UUID
     confidence: Unit | None = None
+    user_id: str | None = None
+    """The user of the assertion (what erasure purges by)."""
 
     def holds_at(self, at: datetime) -> bool:
         """Whether ``at`` (aware) lies in ``[valid_from, valid_to)``."""
@@ -107,6 +109,7 @@ class Facts:
             "valid_to": None,
             "asserted_by": event.event_id,
             "confidence": body.confidence,
+            "user_id": event.user_id,
         }
         versions.append(trusted(FactVersion, version, _VERSION_GIVEN))
         return _set(body.namespace, body.key, body.value, start, previous, body.confidence)
@@ -163,7 +166,7 @@ class Facts:
         )
 
 
-_VERSION_GIVEN = fields({"value", "valid_from", "asserted_by", "confidence"})
+_VERSION_GIVEN = fields({"value", "valid_from", "asserted_by", "confidence", "user_id"})
 _SET_GIVEN = fields({"namespace", "key", "value", "valid_from", "previous_value"})
 
 

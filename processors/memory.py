@@ -20,6 +20,15 @@ from processors.build import fields, trusted
 from processors.config import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
 from processors.episodes import Episodes, EpisodesState
+from processors.erasure import (
+    Owner,
+    open_sessions_of,
+    purge_episodes,
+    purge_facts,
+    purge_memories,
+    purge_persona,
+    purge_sessions,
+)
 from processors.facts import Facts, FactsState
 from processors.ids import uuid5_of
 from processors.memories import Change, Memories, MemoryItem
@@ -30,6 +39,7 @@ from schemas import (
     ClockTicked,
     DerivedEvent,
     EpisodeClosed,
+    ErasedBody,
     Event,
     FactAsserted,
     FactRetracted,
@@ -45,6 +55,7 @@ from schemas import (
     SessionStarted,
     SkillBody,
     SkillUpdated,
+    SubjectErased,
     SubjectErasureRequested,
     ToolCalled,
     ToolResult,
@@ -70,6 +81,10 @@ class AgentState(Model):
     facts: FactsState = FactsState()
     persona: PersonaState = PersonaState()
     skills: SkillsState = SkillsState()
+    session_users: dict[str, str] = {}
+    """The user of each open session that has one (the first its events named)."""
+    persona_users: list[str | None] = []
+    """The user of each persona version's update, in step with ``persona.versions``."""
 
     def recent(self) -> list[bytes]:
         packed = base64.b64decode(self.recent_ids)
@@ -145,6 +160,8 @@ class AgentMemory:
         self.facts = Facts(state.facts)
         self.persona = Persona(state.persona)
         self.skills = Skills(state.skills)
+        self.session_users = dict(state.session_users)
+        self.persona_users = list(state.persona_users)
 
     @classmethod
     def empty(cls, agent_id: str, config: MemoryConfig) -> AgentMemory:
@@ -209,11 +226,16 @@ class AgentMemory:
         event's ``__dict__``, when known."""
         if fields is None:
             fields = event.__dict__
+        if type(event) is SubjectErasureRequested:
+            return [(SubjectErased, self._erase(event), None, None)]
         here_session, here_user = fields["session_id"], fields["user_id"]
         changes: list[Scoped] = []
         working = self.working.apply(event, name)
         if working is not None:
             changes.append((WorkingUpdated, working, here_session, here_user))
+            users = self.session_users
+            if here_user is not None and here_session is not None and here_session not in users:
+                self.session_users[here_session] = here_user
         closed, memories = self.episodes.step(event, name)
         if closed:
             owners = {new.memory_id: (new.session_id, new.user_id) for new in memories}
@@ -253,6 +275,7 @@ class AgentMemory:
                 version = self.persona.apply(event)
                 if version is None:
                     return []
+                self.persona_users.append(event.user_id)
                 doc = PersonaVersionBody(**version.model_dump(exclude={"source_event_id"}))
                 return [(PersonaVersioned, doc)]
             case ToolCalled() | ToolResult():
@@ -262,6 +285,28 @@ class AgentMemory:
                 return [(SkillUpdated, trusted(SkillBody, dict(skill.__dict__), _SKILL_GIVEN))]
             case _:
                 return []
+
+    def _erase(self, event: SubjectErasureRequested) -> ErasedBody:
+        """Drop everything of the request's subject (:mod:`processors.erasure`)."""
+        owner = Owner(event.body.subject, self.agent_id)
+        mine = open_sessions_of(self.episodes, owner)
+        sessions = purge_sessions(self.working, self._session_users(), mine, owner)
+        return ErasedBody(
+            subject=owner.subject,
+            request_id=event.event_id,
+            requested_at=event.body.requested_at,
+            sessions=sessions,
+            episodes=purge_episodes(self.episodes, self.consolidation, owner),
+            memories=purge_memories(self.memories, owner),
+            facts=purge_facts(self.facts, owner),
+            persona=purge_persona(self.persona, self.persona_users, owner),
+        )
+
+    def _session_users(self) -> dict[str, str]:
+        """``session_users`` of the open sessions only (the others are forgotten)."""
+        live = self.working.sessions
+        self.session_users = {s: u for s, u in sorted(self.session_users.items()) if s in live}
+        return self.session_users
 
     def state(self) -> AgentState:
         return AgentState(
@@ -275,6 +320,8 @@ class AgentMemory:
             facts=self.facts.state(),
             persona=self.persona.state(),
             skills=self.skills.state(),
+            session_users=self._session_users(),
+            persona_users=list(self.persona_users),
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
+from uuid import UUID
 
 from pydantic import Field
 
@@ -222,6 +223,33 @@ class SkillUpdated(DerivedEvent):
     body: SkillBody
 
 
+class ErasedBody(Model):
+    """What an erasure removed from one agent's memory: counts only, never content.
+
+    ``request_id`` is the ``event_id`` of the ``subject.erasure_requested`` that asked
+    for it (as published: before the fold gave each agent its own copy); a subject the
+    agent never met, or one erased before, has every count 0."""
+
+    subject: str
+    request_id: UUID
+    requested_at: UtcMillis | None = None
+    sessions: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    episodes: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    memories: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    facts: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+    persona: Annotated[int, Field(ge=0, le=INT64_MAX)] = 0
+
+
+class SubjectErased(DerivedEvent):
+    """A subject's content left the agent's memory (working sessions, open episodes,
+    consolidation windows, memories, fact versions, persona versions); projections
+    purge the subject when they read it."""
+
+    TYPE: ClassVar[str] = "subject.erased"
+    type: Literal["subject.erased"] = "subject.erased"
+    body: ErasedBody
+
+
 DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     MemoryCreated,
     MemoryReinforced,
@@ -234,4 +262,5 @@ DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     MemoryEmbedded,
     PersonaVersioned,
     SkillUpdated,
+    SubjectErased,
 )

@@ -10,6 +10,11 @@ Guarantees:
 
 The DDL is created and versioned by the sink itself (table ``engram_ddl``).
 
+Erasure: a ``subject.erased`` among the changes of a write purges the subject from
+the agent's history before the write returns (:mod:`sinks.clickhouse_erasure`) and
+records a receipt in ``erasures`` (one per request and agent, counts only); the view
+``erased_subjects`` is what analysts see of an erased subject: counted, and empty.
+
 Versions (blue/green rebuilds of ``memory_changes``): the live table keeps its name
 (the views read it by name); a rebuild fills ``memory_changes_v{n}``, created empty
 with the live table's structure, then swaps it in with one ``EXCHANGE TABLES``
@@ -30,10 +35,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 from clickhouse_connect.driver.client import Client
 
-from schemas import DerivedEvent, Event
+from schemas import DerivedEvent, Event, SubjectErased
+from sinks.clickhouse_erasure import purge
 
 T = TypeVar("T")
 
@@ -224,6 +231,42 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             GROUP BY agent_id, memory_id""",
         ),
     ),
+    (
+        5,
+        (
+            # One receipt per erasure request and agent (issue 7): who, when, what was
+            # purged, counts only. ``rows``: rows deleted per table; the other counts:
+            # what the fold dropped from the agent's memory.
+            """CREATE TABLE IF NOT EXISTS erasures (
+                request_id UUID,
+                agent_id String,
+                subject String,
+                requested_at Nullable(DateTime64(3, 'UTC')),
+                erased_at DateTime64(3, 'UTC'),
+                seq UInt64,
+                sessions UInt64,
+                episodes UInt64,
+                memories UInt64,
+                facts UInt64,
+                persona UInt64,
+                rows Map(String, UInt64)
+            ) ENGINE = ReplacingMergeTree
+            ORDER BY (request_id, agent_id)""",
+            # Erased subjects as analysts see them: counted, and empty.
+            """CREATE VIEW IF NOT EXISTS erased_subjects AS
+            SELECT
+                subject,
+                uniqExact(request_id) AS requests,
+                uniqExact(agent_id) AS agents,
+                sum(memories) AS memories,
+                sum(facts) AS facts,
+                sum(arraySum(mapValues(rows))) AS rows_deleted,
+                min(requested_at) AS first_requested_at,
+                max(erased_at) AS last_erased_at
+            FROM erasures FINAL
+            GROUP BY subject""",
+        ),
+    ),
 )
 
 EVENT_COLUMNS = (
@@ -252,6 +295,36 @@ CHANGE_COLUMNS = (
     "memory_id",
     "body",
 )
+
+
+ERASURE_COLUMNS = (
+    "request_id",
+    "agent_id",
+    "subject",
+    "requested_at",
+    "erased_at",
+    "seq",
+    "sessions",
+    "episodes",
+    "memories",
+    "facts",
+    "persona",
+    "rows",
+)
+
+
+@dataclass(frozen=True)
+class ErasureReceipt:
+    """What erasing ``subject`` from one agent purged: counts only, no content."""
+
+    request_id: UUID
+    agent_id: str
+    subject: str
+    requested_at: datetime | None
+    erased_at: datetime
+    seq: int
+    fold: dict[str, int]
+    rows: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -404,6 +477,50 @@ class ClickHouseHistory:
                 [[c.agent_id, c.seq, c.state] for c in checkpoints],
                 column_names=["agent_id", "seq", "state"],
             )
+        erasures = [c for c in changes if isinstance(c, SubjectErased)]
+        if erasures:
+            self.erase_many(erasures)
+
+    # -- erasure ----------------------------------------------------------
+    def erase_sync(self, erased: SubjectErased) -> ErasureReceipt | None:
+        """:meth:`erase_many` of one erasure."""
+        return self.erase_many([erased])[0]
+
+    def erase_many(self, erasures: Sequence[SubjectErased]) -> list[ErasureReceipt | None]:
+        """Purge each erasure's subject from its agent's history (one DELETE per table
+        for all of them), then write the receipts; return them, None for an erasure
+        whose receipt exists already (a redelivery: the deletes ran again, changing
+        nothing, and the first receipt stands).
+
+        What goes, and how shared documents are re-derived: :mod:`sinks.clickhouse_erasure`.
+        Idempotent."""
+        counts = purge(self.client, erasures, self._change_tables(), CHANGE_COLUMNS)
+        receipts = [
+            None if self._receipted(e) else _receipt(e, rows)
+            for e, rows in zip(erasures, counts, strict=True)
+        ]
+        made = [_receipt_row(r) for r in receipts if r is not None]
+        if made:
+            self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
+        return receipts
+
+    def _change_tables(self) -> list[str]:
+        """The live memory changes and every version of them on disk."""
+        return [CHANGES, *(version_table(v) for v in sorted(self.table_versions()))]
+
+    def _receipted(self, erased: SubjectErased) -> bool:
+        found = self.client.query(
+            "SELECT count() FROM erasures WHERE request_id = {r:UUID} AND agent_id = {a:String}",
+            parameters={"r": erased.body.request_id, "a": erased.agent_id},
+        )
+        return int(found.result_rows[0][0]) > 0
+
+    def erasures(self) -> list[ErasureReceipt]:
+        """Every receipt, oldest erasure first."""
+        result = self.client.query(
+            f"SELECT {', '.join(ERASURE_COLUMNS)} FROM erasures FINAL ORDER BY erased_at, agent_id"
+        )
+        return [_receipt_of(row) for row in result.result_rows]
 
     async def write_changes(self, table: str, changes: Sequence[DerivedEvent]) -> None:
         """Insert memory changes into ``table`` (a version being rebuilt, or the live one)."""
@@ -568,6 +685,45 @@ class ClickHouseHistory:
 
 
 _END_OF_TIME = datetime(2299, 12, 31, tzinfo=UTC)
+_FOLD_COUNTS = ("sessions", "episodes", "memories", "facts", "persona")
+
+
+def _receipt(erased: SubjectErased, rows: dict[str, int]) -> ErasureReceipt:
+    body = erased.body
+    return ErasureReceipt(
+        request_id=body.request_id,
+        agent_id=erased.agent_id,
+        subject=body.subject,
+        requested_at=body.requested_at,
+        erased_at=_millis(datetime.now(UTC)),
+        seq=erased.seq,
+        fold={name: int(getattr(body, name)) for name in _FOLD_COUNTS},
+        rows=rows,
+    )
+
+
+def _millis(moment: datetime) -> datetime:
+    """``moment`` at the history's precision (``DateTime64(3)``)."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def _receipt_row(r: ErasureReceipt) -> list[Any]:
+    fold = [r.fold[name] for name in _FOLD_COUNTS]
+    return [r.request_id, r.agent_id, r.subject, r.requested_at, r.erased_at, r.seq, *fold, r.rows]
+
+
+def _receipt_of(row: Sequence[Any]) -> ErasureReceipt:
+    request_id, agent_id, subject, requested_at, erased_at, seq, *fold, rows = row
+    return ErasureReceipt(
+        request_id=request_id if isinstance(request_id, UUID) else UUID(str(request_id)),
+        agent_id=agent_id,
+        subject=subject,
+        requested_at=None if requested_at is None else _aware(requested_at),
+        erased_at=_aware(erased_at),
+        seq=int(seq),
+        fold={name: int(n) for name, n in zip(_FOLD_COUNTS, fold, strict=True)},
+        rows={str(k): int(v) for k, v in dict(rows).items()},
+    )
 
 
 def _aware(moment: datetime) -> datetime:

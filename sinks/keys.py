@@ -23,17 +23,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from schemas import DEFAULT_MAX_BYTES, Event
+from schemas.sealed import SealingCodec, UnknownKey
+
+log = logging.getLogger("engram.keys")
+T = TypeVar("T")
+OpenEvent = Callable[[bytes], Event | None]
+"""A reader of stored event bytes, clear or sealed: the event, or None when it is
+shredded (skip it); BadEvent for bad bytes (see :func:`open_waiting`)."""
 
 SEPARATOR = "\x1f"
 KEY_BYTES = 32
@@ -84,6 +98,101 @@ class MasterKey:
             ) from None
 
 
+class KeyFile:
+    """A local copy of the key topic (``$ENGRAM_HOME/keys.jsonl``, mode 0600), for the
+    embedded stack whose broker keeps its log in memory: restored into an empty key
+    topic on start, as the events are restored from the archive.
+
+    Every record is written here *before* it is published (so no event is ever sealed
+    under a key the copy lacks); a live key is appended, a destroyed one makes the
+    file rewritten whole without the key's material (atomically: temp file, fsync,
+    rename), so destroying a key destroys it here too. One lock per path serialises
+    the writers of a process."""
+
+    _locks: dict[Path, threading.Lock] = {}
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = KeyFile._locks.setdefault(path.resolve(), threading.Lock())
+
+    def load(self) -> dict[bytes, bytes | None]:
+        """Record key -> its last value (None: a null tombstone)."""
+        out: dict[bytes, bytes | None] = {}
+        if not self.path.exists():
+            return out
+        for line in self.path.read_text().splitlines():
+            if line.strip():
+                doc = json.loads(line)
+                value = doc["v"]
+                out[base64.b64decode(doc["k"])] = None if value is None else value.encode()
+        return out
+
+    def record(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Keep ``records`` (key, value) durably; returns once they are on disk."""
+        if not records:
+            return
+        with self._lock:
+            held = self.load()
+            fresh = [(k, v) for k, v in records if k not in held or held[k] != v]
+            if not fresh:
+                return
+            if any(not _is_live(v) for _, v in fresh) or any(k in held for k, _ in fresh):
+                held.update(fresh)
+                self._rewrite(held)
+            else:
+                self._append(fresh)
+
+    def _append(self, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.writelines(_line(k, v) for k, v in records)
+            file.flush()
+            os.fsync(file.fileno())
+
+    def _rewrite(self, records: dict[bytes, bytes | None]) -> None:
+        temp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as file:
+            file.writelines(_line(k, v) for k, v in records.items())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, self.path)
+
+
+def _line(key: bytes, value: bytes | None) -> str:
+    text = None if value is None else value.decode()
+    return json.dumps({"k": base64.b64encode(key).decode(), "v": text}) + "\n"
+
+
+def _is_live(value: bytes | None) -> bool:
+    return value is not None and json.loads(value).get("state") == "live"
+
+
+async def restore_keys(bootstrap: str, topic: str, keys: KeyFile) -> int:
+    """Publish the key file into the key topic when the topic is empty (a broker that
+    kept its log in memory restarted); return how many records."""
+    records = keys.load()
+    if not records:
+        return 0
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partition = TopicPartition(topic, 0)
+        ends = await consumer.end_offsets([partition])
+    finally:
+        await consumer.stop()
+    if ends[partition] > 0:
+        return 0
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        sends = [await producer.send(topic, v, k, partition=0) for k, v in records.items()]
+        await asyncio.gather(*sends)
+    finally:
+        await producer.stop()
+    return len(records)
+
+
 def _bound(subject: str, key_id: str) -> bytes:
     return f"engram.keys.v1{SEPARATOR}{subject}{SEPARATOR}{key_id}".encode()
 
@@ -96,6 +205,8 @@ class KeyBook:
     :meth:`KafkaKeyring.ensure` makes missing keys)."""
 
     keys: dict[str, dict[str, bytes | None]] = field(default_factory=dict)
+    created: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """When each key was made (from its record), where known."""
 
     def data_key(self, subject: str) -> tuple[str, bytes]:
         for key_id, key in reversed(self.keys.get(subject, {}).items()):
@@ -136,6 +247,9 @@ class KeyBook:
             if key_id in held and held[key_id] is None:
                 return  # destroyed stays destroyed, whatever was read after
             held[key_id] = master.unwrap(subject, key_id, base64.b64decode(doc["wrapped"]))
+            made = doc.get("created_at")
+            if isinstance(made, str):
+                self.created[subject, key_id] = datetime.fromisoformat(made)
         else:
             raise KeyStoreError(
                 f"key record of {subject!r}/{key_id!r} has state {doc.get('state')!r}"
@@ -149,14 +263,18 @@ class KafkaKeyring(KeyBook):
     the subjects' missing keys; :meth:`destroy` shreds a subject. Writes return once
     the broker has acknowledged them (``acks=all``)."""
 
-    def __init__(self, bootstrap: str, topic: str, master: MasterKey) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, master: MasterKey, archive: KeyFile | None = None
+    ) -> None:
         super().__init__()
         self.bootstrap = bootstrap
         self.topic = topic
         self.master = master
+        self.archive = archive
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._lock = asyncio.Lock()
+        self._pending: list[tuple[str, str, bytes]] = []
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(
@@ -185,42 +303,78 @@ class KafkaKeyring(KeyBook):
         async with self._lock:
             assigned = list(consumer.assignment())
             ends = await consumer.end_offsets(assigned)
+            read: list[tuple[bytes, bytes | None]] = []
             while await _behind(consumer, ends):
                 batches = await consumer.getmany(timeout_ms=500)
                 for records in batches.values():
                     for record in records:
                         self.apply(record.key or b"", record.value, self.master)
+                        read.append((record.key or b"", record.value))
+            if self.archive is not None:
+                self.archive.record(read)
 
-    async def ensure(self, subjects: Iterable[str]) -> None:
-        """Give every subject without a live key a new one."""
-        missing = sorted({s for s in subjects if not self.live(s)})
-        if not missing:
+    def data_key(self, subject: str) -> tuple[str, bytes]:
+        """The subject's newest live key; without one, a new key is made here and held
+        as *pending*: :meth:`flush` writes it, and whoever seals with it must flush
+        before the sealed bytes leave the process (see :meth:`ensure`)."""
+        try:
+            return super().data_key(subject)
+        except LookupError:
+            key_id, key = secrets.token_hex(8), secrets.token_bytes(KEY_BYTES)
+            _key(subject, key_id)  # refuses a subject with the separator before anything
+            self.keys.setdefault(subject, {})[key_id] = key
+            self._pending.append((subject, key_id, key))
+            self.created[subject, key_id] = datetime.now(UTC)
+            return key_id, key
+
+    @property
+    def pending(self) -> int:
+        """How many keys were made and are not written yet."""
+        return len(self._pending)
+
+    async def flush(self) -> None:
+        """Write the pending keys; returns once the broker acknowledged them all. On
+        failure they stay pending (the caller retries)."""
+        if not self._pending:
             return
         producer = self._running_producer()
         now = datetime.now(UTC).isoformat()
-        made: list[tuple[str, str, bytes]] = []
-        sends = []
-        for subject in missing:
-            key_id = secrets.token_hex(8)
-            key = secrets.token_bytes(KEY_BYTES)
+        pending = list(self._pending)
+        records = []
+        for subject, key_id, key in pending:
             wrapped = base64.b64encode(self.master.wrap(subject, key_id, key)).decode()
             value = {"v": 1, "state": "live", "wrapped": wrapped, "created_at": now}
-            sends.append(
-                await producer.send(self.topic, json.dumps(value).encode(), _key(subject, key_id))
-            )
-            made.append((subject, key_id, key))
+            records.append((_key(subject, key_id), json.dumps(value).encode()))
+        if self.archive is not None:
+            self.archive.record(records)
+        sends = [await producer.send(self.topic, value, key) for key, value in records]
         await asyncio.gather(*sends)
-        for subject, key_id, key in made:
-            self.keys.setdefault(subject, {}).setdefault(key_id, key)
+        del self._pending[: len(pending)]
 
-    async def destroy(self, subject: str) -> list[str]:
+    async def ensure(self, subjects: Iterable[str]) -> None:
+        """Give every subject without a live key a new one, written when this returns."""
+        for subject in sorted(set(subjects)):
+            self.data_key(subject)
+        await self.flush()
+
+    async def destroy(self, subject: str, *, made_by: datetime | None = None) -> list[str]:
         """Destroy every key of ``subject`` (refreshing first, so that keys other
-        writers made are destroyed too); return the key ids destroyed."""
+        writers made are destroyed too) or, with ``made_by``, those made at or before
+        it (an erasure request read again later must not destroy the keys the subject
+        was given after it; a key of unknown age is destroyed); return the ids."""
         await self.refresh()
-        key_ids = self.live(subject)
+        key_ids = [
+            k
+            for k in self.live(subject)
+            if made_by is None
+            or (made := self.created.get((subject, k))) is None
+            or made <= made_by
+        ]
         producer = self._running_producer()
         now = datetime.now(UTC).isoformat()
         value = json.dumps({"v": 1, "state": "destroyed", "destroyed_at": now}).encode()
+        if self.archive is not None:  # first: a crash in between must not revive the key
+            self.archive.record([(_key(subject, k), value) for k in key_ids])
         sends = [await producer.send(self.topic, value, _key(subject, k)) for k in key_ids]
         await asyncio.gather(*sends)
         for key_id in key_ids:
@@ -249,3 +403,109 @@ def _key(subject: str, key_id: str) -> bytes:
     if SEPARATOR in subject:
         raise ValueError("a subject cannot contain the unit separator (0x1f)")
     return f"{subject}{SEPARATOR}{key_id}".encode()
+
+
+COVER_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+"""Waits between keyring refreshes while a sealed event's key is unknown (the last
+one repeats: an unknown key is waited for, never given up on)."""
+
+
+async def cover(codec: SealingCodec, keyring: KafkaKeyring, raws: Sequence[bytes | None]) -> None:
+    """Refresh ``keyring`` until every sealed event among ``raws`` has a known or a
+    destroyed key (backoff :data:`COVER_BACKOFF_S`, forever: the key was written before
+    the event was, so it comes). Afterwards ``codec.open`` raises no UnknownKey on them."""
+    attempt = 0
+    while missing := codec.unknown(raws):
+        if attempt == len(COVER_BACKOFF_S) * 2:
+            log.warning("still waiting for the data key of %s", missing[0].subject)
+        await keyring.refresh()
+        if not codec.unknown(raws):
+            return
+        await asyncio.sleep(COVER_BACKOFF_S[min(attempt, len(COVER_BACKOFF_S) - 1)])
+        attempt += 1
+
+
+class BlockingKeyring:
+    """A :class:`KafkaKeyring` on a private event-loop thread, for readers that are
+    not coroutines (snapshots on an executor thread, exports, rebuild decoding): its
+    ``book`` is the :class:`~schemas.sealed.Keyring`, :meth:`refresh` blocks the
+    calling thread (never call it on the private loop itself)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, master: MasterKey, archive: KeyFile | None = None
+    ) -> None:
+        self.book = KafkaKeyring(bootstrap, topic, master, archive)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="engram-keyring", daemon=True
+        )
+        self._thread.start()
+        self._follower: Future[None] | None = None
+        self._run(self.book.start())
+        self._read_at = time.monotonic()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def refresh(self) -> None:
+        self._run(self.book.refresh())
+        self._read_at = time.monotonic()
+
+    def follow(self, every_s: float) -> None:
+        """Read the key topic every ``every_s`` seconds from now on (so that the key
+        file learns of keys made and destroyed elsewhere), until :meth:`close`."""
+        self._follower = asyncio.run_coroutine_threadsafe(self._follow(every_s), self._loop)
+
+    async def _follow(self, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self.book.refresh()
+            except Exception as error:  # the next round tries again
+                log.warning("reading the key topic failed: %r", error)
+
+    def opener(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = 1.0) -> OpenEvent:
+        """An :data:`OpenEvent` over these keys: unknown keys are refreshed and waited
+        for, and the keys are read again when the last read is older than
+        ``max_age_s`` (so a replay started after a key was destroyed skips its events)."""
+        codec = SealingCodec(self.book, max_bytes=max_bytes)
+
+        def open_event(raw: bytes) -> Event | None:
+            if time.monotonic() - self._read_at > max_age_s:
+                self.refresh()
+            return open_waiting(codec, raw, self.refresh)
+
+        return open_event
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        if self._follower is not None:
+            self._follower.cancel()
+        self._run(self.book.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+
+def open_waiting(
+    codec: SealingCodec, raw: bytes, refresh: Callable[[], None] | None
+) -> Event | None:
+    """``codec.open(raw)``, refreshing the keys with ``refresh`` (blocking) and trying
+    again with backoff while the key is unknown; None for a shredded event. Without
+    ``refresh`` an unknown key raises UnknownKey. BadEvent as ``open``."""
+    attempt = 0
+    while True:
+        try:
+            return codec.open(raw)
+        except UnknownKey:
+            if refresh is None:
+                raise
+            if attempt == len(COVER_BACKOFF_S) * 2:
+                log.warning("still waiting for a data key to open an event")
+            refresh()
+            try:
+                return codec.open(raw)
+            except UnknownKey:
+                time.sleep(COVER_BACKOFF_S[min(attempt, len(COVER_BACKOFF_S) - 1)])
+                attempt += 1

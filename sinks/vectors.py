@@ -18,6 +18,8 @@ Guarantees of every implementation:
   the client waited for the server (``wait=True``), or local mode committed it to
   sqlite.
 - **Ordered**: writes of one handle apply in call order.
+- **Erasable**: ``erase(agent_id, user_id)`` deletes a subject's points of an agent
+  by filter in every version (live, kept, being rebuilt); once erased, again is a no-op.
 - **Isolated**: every read is filtered by a ``Scope`` that the sink turns into a
   Qdrant filter itself (``scope_conditions``). ``agent_id`` always matches exactly;
   there is no way to pass a raw filter in, and no read without an agent.
@@ -251,6 +253,11 @@ class VectorIndex(Protocol):
     def count(self, scope: Scope) -> int:
         """Exact number of points inside the scope."""
 
+    def erase(self, agent_id: str, user_id: str | None) -> int:
+        """Delete every point of ``agent_id`` whose ``user_id`` is ``user_id`` (None: the
+        points without a user), in every version (live, kept or being rebuilt); return
+        how many went. Idempotent: once erased, a second call deletes nothing (0)."""
+
     def optimize(self) -> None:
         """Build search indexes (HNSW). Slow: a maintenance step, never a request."""
 
@@ -375,6 +382,17 @@ def _edge_filter(conditions: Sequence[Condition], ids: Sequence[str] = ()) -> qe
     if ids:
         must.insert(0, qe.HasIdCondition(set(ids)))
     return qe.Filter(must=must)
+
+
+def _edge_owned(agent_id: str, user_id: str | None) -> qe.Filter:
+    """Points of ``agent_id`` whose user is ``user_id`` (None: no user)."""
+    agent = _edge_condition(Equals("agent_id", agent_id))
+    user = (
+        qe.IsNullCondition("user_id")
+        if user_id is None
+        else _edge_condition(Equals("user_id", user_id))
+    )
+    return qe.Filter(must=[agent, user])
 
 
 def _edge_config(dims: int) -> qe.EdgeConfig:
@@ -665,6 +683,19 @@ class EdgeIndex:
                 for point_id, payload in items
             ]
             self._apply(shard, operations)
+
+    def erase(self, agent_id: str, user_id: str | None) -> int:
+        owned = _edge_owned(agent_id, user_id)
+        with self._state.exclusive():
+            shards = [self._open(v) for v in self._on_disk() if self._exists(v)]
+        erased = 0
+        with self._state.shared(), self._writes:
+            for shard in shards:
+                found = shard.count(qe.CountRequest(exact=True, filter=owned))
+                if found:
+                    self._apply(shard, [qe.UpdateOperation.delete_points_by_filter(owned)])
+                erased += found
+        return erased
 
     def optimize(self) -> None:
         with self._state.shared(), self._writes:
@@ -998,6 +1029,25 @@ class ClientIndex:
         ]
         with self._guard():
             self._client.batch_update_points(self._write_name(), operations, wait=True)
+
+    def erase(self, agent_id: str, user_id: str | None) -> int:
+        user: qm.Condition = (
+            qm.IsNullCondition(is_null=qm.PayloadField(key="user_id"))
+            if user_id is None
+            else _client_condition(Equals("user_id", user_id))
+        )
+        owned = qm.Filter(must=[_client_condition(Equals("agent_id", agent_id)), user])
+        erased = 0
+        with self._lock:
+            names = (c.name for c in self._client.get_collections().collections)
+            for version in sorted(v for v in map(self._version_of, names) if v is not None):
+                name = self._collection(version)
+                found = self._client.count(name, count_filter=owned, exact=True).count
+                if found:
+                    selector = qm.FilterSelector(filter=owned)
+                    self._client.delete(name, points_selector=selector, wait=True)
+                erased += found
+        return erased
 
     def optimize(self) -> None:
         """A no-op: the server builds its indexes itself; local mode has none."""

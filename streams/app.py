@@ -46,11 +46,13 @@ class Transport(faust_kafka.Transport):
 
 @dataclass(frozen=True)
 class Topics:
-    """The three topics of the pipeline, as raw-bytes faust topics."""
+    """The topics of the pipeline, as raw-bytes faust topics (``ingest``: where
+    producers without keys publish, sealed onto ``events`` by :mod:`streams.ingest`)."""
 
     events: faust.TopicT
     memory: faust.TopicT
     dead_letters: faust.TopicT
+    ingest: faust.TopicT | None = None
 
 
 def create_app(
@@ -103,5 +105,12 @@ def raw_topic(app: faust.App, name: str) -> faust.TopicT:
     )
 
 
-def create_topics(app: faust.App, *, events: str, memory: str, dead_letters: str) -> Topics:
-    return Topics(raw_topic(app, events), raw_topic(app, memory), raw_topic(app, dead_letters))
+def create_topics(
+    app: faust.App, *, events: str, memory: str, dead_letters: str, ingest: str | None = None
+) -> Topics:
+    return Topics(
+        raw_topic(app, events),
+        raw_topic(app, memory),
+        raw_topic(app, dead_letters),
+        raw_topic(app, ingest) if ingest is not None else None,
+    )

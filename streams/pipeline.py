@@ -27,19 +27,34 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
 import faust
 
 from processors import AgentMemory, AgentState, MemoryConfig
-from schemas import RAW_TYPE_NAMES, BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
+from processors.erasure import ERASURE_AGENT
+from schemas import (
+    RAW_TYPE_NAMES,
+    BadEvent,
+    ClockTicked,
+    Codec,
+    DerivedEvent,
+    Event,
+    Model,
+    SubjectErasureRequested,
+)
+from schemas.sealed import SealingCodec
 from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
 from streams import faults
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
 from streams.summariser import Summariser
+
+if TYPE_CHECKING:
+    from streams.ingest import WorkerKeys
 
 log = logging.getLogger("engram.streams")
 REASON_HEADER = "engram.reason"
@@ -136,18 +151,28 @@ class Folder:
         return result
 
     def _fold_one(self, message: Any, result: FoldResult) -> None:
+        """Fold one message: clear or sealed bytes (sealed ones open with the keys the
+        fold agent covered the batch with, so no UnknownKey here); a shredded event is
+        processed as nothing (acked with its batch, nothing applied or archived)."""
         raw: bytes = message.value or b""
         source = f"{message.topic}:{message.partition}:{message.offset}"
         try:
-            event = self.codec.decode(raw)
-            payload = raw if raw[:2] == b"\xc3\x01" else self.codec.encode(event)
+            event = _open(self.codec, raw)
+            if event is None:
+                return  # sealed under a destroyed key: the subject is erased
+            payload = raw if raw[:2] == b"\xc3\x01" else _clear(self.codec, event)
         except BadEvent as bad:
             result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
             return
         if isinstance(event, ClockTicked) and event.agent_id == CLOCK_AGENT:
             for agent_id in self.agents_on(message.partition):
                 tick = tick_for(event, agent_id)
-                self._apply(tick, self.codec.encode(tick), message, raw, source, result)
+                self._apply(tick, _clear(self.codec, tick), message, raw, source, result)
+            return
+        if isinstance(event, SubjectErasureRequested) and event.agent_id == ERASURE_AGENT:
+            for agent_id in self.agents_on(message.partition):
+                erasure = erasure_for(event, agent_id)
+                self._apply(erasure, _clear(self.codec, erasure), message, raw, source, result)
             return
         self._apply(event, payload, message, raw, source, result)
 
@@ -188,6 +213,16 @@ class Folder:
         return records, checkpoints
 
 
+def _open(codec: Codec, raw: bytes) -> Event | None:
+    """Clear or sealed bytes to an event (None: shredded); plain codecs read clear only."""
+    return codec.open(raw) if isinstance(codec, SealingCodec) else codec.decode(raw)
+
+
+def _clear(codec: Codec, event: Event) -> bytes:
+    """The clear Avro bytes of ``event`` (what clear events and ticks are archived as)."""
+    return codec.encode_clear(event) if isinstance(codec, SealingCodec) else codec.encode(event)
+
+
 CLOCK_AGENT = "__clock__"
 """The agent id of the ticker's ``clock.tick``: the fold applies such a tick to every
 agent of the partition it arrives on, as one ``clock.tick`` per agent (archived in
@@ -199,6 +234,58 @@ def tick_for(tick: ClockTicked, agent_id: str) -> ClockTicked:
     return tick.model_copy(
         update={"event_id": uuid5(tick.event_id, agent_id), "agent_id": agent_id}
     )
+
+
+def erasure_for(request: SubjectErasureRequested, agent_id: str) -> SubjectErasureRequested:
+    """The broadcast request as seen by one agent. It keeps the request's ``event_id``
+    (what the caller follows the erasure by, and what ``subject.erased`` names): an
+    agent's events all arrive on one partition, so each agent meets the id once and
+    its dedupe drops a redelivered copy; ids are not unique across agents anyway."""
+    return request.model_copy(update={"agent_id": agent_id})
+
+
+def erasure_subjects(codec: Codec, raws: Sequence[bytes | None]) -> dict[str, datetime]:
+    """The subjects the broadcast erasure requests among ``raws`` name (clear Avro or
+    JSON: the requests carry no content and are never sealed), in order, once each,
+    with when they were requested (the latest request's ``requested_at``, else its
+    event time: the keys made by then are destroyed);
+    bytes that do not decode are left to the fold (a dead letter). A per-agent request
+    (an archived copy that a restore publishes again, or one aimed at one agent)
+    purges its agent but destroys no key: a restore must not destroy the keys the
+    subject was given after its erasure."""
+    subjects: dict[str, datetime] = {}
+    for raw in raws:
+        if raw is None or not _is_erasure(codec, raw):
+            continue
+        try:
+            event = codec.decode(raw)
+        except BadEvent:
+            continue
+        if isinstance(event, SubjectErasureRequested) and event.agent_id == ERASURE_AGENT:
+            when = event.body.requested_at or event.occurred_at
+            subject = event.body.subject
+            subjects[subject] = max(when, subjects.get(subject, when))
+    return subjects
+
+
+def _is_erasure(codec: Codec, raw: bytes) -> bool:
+    writer = codec.writers.get(raw[2:10]) if raw[:2] == b"\xc3\x01" else None
+    if writer is not None:
+        return writer.reader.event_type is SubjectErasureRequested
+    return raw.lstrip()[:1] == b"{" and SubjectErasureRequested.TYPE.encode() in raw
+
+
+async def shred_requested(keys: WorkerKeys, codec: Codec, raws: Sequence[bytes | None]) -> None:
+    """Destroy the data keys of every subject an erasure request in ``raws`` names,
+    before the batch is folded (so the purge is never visible while the key lives).
+    Idempotent: a subject without live keys writes nothing (a redelivered request)."""
+    subjects = erasure_subjects(codec, raws)
+    if not subjects or keys.ring is None:
+        return
+    await keys.ready()
+    for subject, requested in subjects.items():
+        destroyed = await keys.ring.destroy(subject, made_by=requested)
+        log.info("erasure of %r: destroyed %d data keys", subject, len(destroyed))
 
 
 def dead_letter_records(dead: Sequence[DeadLetter]) -> list[Record]:
@@ -313,7 +400,10 @@ class Flusher:
             retry_in_place(
                 lambda: faults.after(
                     "flush.history",
-                    sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                    faults.guarded(
+                        "clickhouse",
+                        sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                    ),
                 ),
                 what="write history",
             ),
@@ -356,9 +446,13 @@ def register(
     within: float = 0.2,
     max_pending: int = 20_000,
     summariser: Summariser | None = None,
+    keys: WorkerKeys | None = None,
 ) -> faust.types.AgentT[bytes]:
     """Declare the state table and the fold agent on ``app``; return the agent.
-    ``summariser`` (off by default) rewrites episode summaries before each flush."""
+    ``summariser`` (off by default) rewrites episode summaries before each flush.
+    With ``keys`` and a :class:`~schemas.sealed.SealingCodec` as ``codec``, the fold
+    opens sealed events (covering each batch's keys first) and seals the derived
+    events it publishes, writing the keys it made before them."""
     table = cast(
         "faust.Table[bytes, bytes]",
         app.Table(
@@ -370,7 +464,11 @@ def register(
         ),
     )
     flushers: list[Flusher] = []
-    raw_only = Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)  # derived: dead letters
+    raw_only: Codec = (  # derived types on engram.events: dead letters
+        SealingCodec(codec.keyring, max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
+        if isinstance(codec, SealingCodec)
+        else Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
+    )
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
@@ -380,7 +478,7 @@ def register(
 
     @app.agent(topics.events, name="engram.fold")
     async def fold(stream: faust.StreamT[bytes]) -> None:
-        writer = LogWriter(bootstrap)
+        writer = keys.writer(bootstrap) if keys is not None else LogWriter(bootstrap)
         sinks = Sinks(
             history,
             writer,
@@ -396,6 +494,16 @@ def register(
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
+                if keys is not None and isinstance(raw_only, SealingCodec):
+                    raws = [item.message.value for item in batch]
+                    await retry_in_place(
+                        lambda: keys.cover(raw_only, raws),  # noqa: B023  # awaited here
+                        what="read data keys",
+                    )
+                    await retry_in_place(
+                        lambda: shred_requested(keys, raw_only, raws),  # noqa: B023
+                        what="destroy erased subjects' keys",
+                    )
                 await fold_batch(flusher, batch)
         finally:
             if flusher.task is not None:

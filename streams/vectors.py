@@ -11,8 +11,9 @@ Two faust agents on the derived log:
   idempotent operation per change, in log order: a creation upserts the point
   (payload and BM25 term weights, no dense vector yet), ``memory.embedded`` of
   the index's model adds the dense vector, reinforcement, weakening, promotion
-  and forgetting set payload fields to absolute values. Redelivering any suffix of
-  the log therefore converges to the same points.
+  and forgetting set payload fields to absolute values, and ``subject.erased``
+  deletes the agent's points of the erased subject (in every version of the index).
+  Redelivering any suffix of the log therefore converges to the same points.
 
 Both agents retry a failing store in place (backoff, forever): nothing is acked
 before it is written, nothing escapes the batch loop.
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
 import faust
@@ -41,12 +42,17 @@ from schemas import (
     MemoryPromoted,
     MemoryReinforced,
     MemoryWeakened,
+    SubjectErased,
 )
+from schemas.sealed import SealingCodec
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex
 from streams import faults
 from streams.logwriter import LogWriter, Record
 from streams.retry import retry_in_place
+
+if TYPE_CHECKING:
+    from streams.ingest import WorkerKeys
 
 log = logging.getLogger("engram.vectors")
 
@@ -120,10 +126,18 @@ def payload_change(event: DerivedEvent) -> tuple[str, dict[str, Any]] | None:
 
 @dataclass(frozen=True)
 class Op:
-    """One store operation: ``kind`` is upsert, dense or payload."""
+    """One store operation: ``kind`` is upsert, dense, payload or erase."""
 
     kind: str
     item: Any
+
+
+def erasures(event: SubjectErased) -> list[Op]:
+    """The deletions a ``subject.erased`` makes: the agent's points of the subject as
+    a user, and, when the subject is the agent itself, its points without a user."""
+    subject, agent_id = event.body.subject, event.agent_id
+    owners: list[str | None] = [subject, None] if subject == agent_id else [subject]
+    return [Op("erase", (agent_id, owner)) for owner in owners]
 
 
 def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
@@ -131,7 +145,9 @@ def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
     other models than ``model`` are not this index's business."""
     ops: list[Op] = []
     for event in events:
-        if isinstance(event, MemoryCreated):
+        if isinstance(event, SubjectErased):
+            ops += erasures(event)
+        elif isinstance(event, MemoryCreated):
             ops.append(Op("upsert", point_of(event)))
         elif isinstance(event, MemoryEmbedded):
             if event.body.model == model:
@@ -156,7 +172,12 @@ def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> None:
 
 
 def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> None:
-    if kind == "upsert":
+    faults.check("vectors")  # an injected outage or slowness of the store (ENGRAM_FAULT)
+    if kind == "erase":
+        for agent_id, user_id in items:
+            erased = index.erase(agent_id, user_id)
+            log.info("erased %d points of %r (user %r)", erased, agent_id, user_id)
+    elif kind == "upsert":
         index.upsert(items)
     elif kind == "dense":
         index.set_dense(items)
@@ -198,6 +219,7 @@ VECTOR_TYPES = frozenset(
         MemoryWeakened,
         MemoryPromoted,
         MemoryForgotten,
+        SubjectErased,
     )
 )
 """The derived types the vector projection reads; the others (working memory,
@@ -209,25 +231,32 @@ def decode_all(
     codec: Codec, values: Iterable[bytes | None], types: frozenset[str] | None = None
 ) -> list[DerivedEvent]:
     """The derived events of a batch's values (only those of ``types``, when given: the type
-    is read from the Avro fingerprint, so the others cost no decoding); bytes that
-    do not decode are logged and skipped (the fold wrote them, so this is a bug, not
-    user input)."""
+    is read from the Avro fingerprint or the sealed envelope, so the others cost no
+    decoding); bytes that do not decode are logged and skipped (the fold wrote them, so
+    this is a bug, not user input). With a :class:`SealingCodec`, sealed events are
+    opened (the caller covered their keys first) and shredded ones skipped."""
     out: list[DerivedEvent] = []
-    writers = codec.writers
     for value in values:
         raw = value or b""
         if types is not None:
-            writer = writers.get(raw[2:10])
-            if writer is not None and writer.reader.event_type.TYPE not in types:
+            kind = _kind(codec, raw)
+            if kind is not None and kind not in types:
                 continue
         try:
-            event = codec.decode(raw)
+            event = codec.open(raw) if isinstance(codec, SealingCodec) else codec.decode(raw)
         except BadEvent as bad:
             log.error("undecodable record on the derived log: %s", bad.reason)
             continue
         if isinstance(event, DerivedEvent):
             out.append(event)
     return out
+
+
+def _kind(codec: Codec, raw: bytes) -> str | None:
+    if isinstance(codec, SealingCodec):
+        return codec.kind(raw)
+    writer = codec.writers.get(raw[2:10])
+    return writer.reader.event_type.TYPE if writer is not None else None
 
 
 def values(batch: Sequence[faust.EventT[bytes]]) -> list[bytes | None]:
@@ -244,8 +273,11 @@ def register_vectors(
     bootstrap: str,
     batch_size: int = 256,
     within: float = 0.2,
+    keys: WorkerKeys | None = None,
 ) -> None:
-    """Declare the embedding and vector-projection agents on ``app``."""
+    """Declare the embedding and vector-projection agents on ``app``. With ``keys``
+    and a :class:`SealingCodec`, each batch's keys are covered before it is opened,
+    and the embeddings are sealed like the memories they embed."""
     embed_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-embed")
     store_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-vectors")
     topic_name = memory_topic.get_topic_name()
@@ -253,16 +285,22 @@ def register_vectors(
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
 
+    async def covered(batch: Sequence[faust.EventT[bytes]]) -> list[bytes | None]:
+        raws = values(batch)
+        if keys is not None and isinstance(codec, SealingCodec):
+            await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
+        return raws
+
     @app.agent(memory_topic, name="engram.embed")
     async def embed(stream: faust.StreamT[bytes]) -> None:
-        writer = LogWriter(bootstrap)
+        writer = keys.writer(bootstrap) if keys is not None else LogWriter(bootstrap)
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
                 created = [
                     e
-                    for e in decode_all(codec, values(batch), CREATED)
+                    for e in decode_all(codec, await covered(batch), CREATED)
                     if isinstance(e, MemoryCreated)
                 ]
                 if not created:
@@ -291,7 +329,8 @@ def register_vectors(
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:
         async for batch in cast(faust.Stream[bytes], stream).take_events(batch_size, within=within):
-            ops = operations(decode_all(codec, values(batch), VECTOR_TYPES), embedder.name)
+            raws = await covered(batch)
+            ops = operations(decode_all(codec, raws, VECTOR_TYPES), embedder.name)
             if ops:
                 await retry_in_place(
                     lambda ops=ops: off_loop(  # type: ignore[misc]

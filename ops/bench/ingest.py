@@ -4,6 +4,16 @@ stack, timed until ClickHouse holds all of them and their memory changes.
 Beside it, in the same run and on the same topic, the references: the raw
 aiokafka consume rate (the physical floor of reading the log) and the codec's
 decode rate. Run: ``python -m ops.bench.ingest --events 100000``.
+
+Sealing (issue 7): each mode runs on a fresh stack, one after the other in the same run.
+``sealed`` publishes clear events to ``engram.ingest`` as a client without a master
+key does (the worker seals them onto ``engram.events``, the fold opens them and seals
+what it derives); ``clear`` is the same path with ``ENGRAM_SEAL=off`` (the ingest agent
+forwards clear bytes), so the two differ by the cryptography alone; ``direct`` is the
+path before sealing: clear events straight to ``engram.events``, no ingest hop.
+``--seal`` runs ``sealed`` only, ``--no-seal`` ``clear`` only; the default runs
+``sealed,clear`` (``--repeat N`` rounds, alternated) and reports the overhead of the
+medians. Also the seal and open rates of one process.
 """
 
 from __future__ import annotations
@@ -11,6 +21,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
+import statistics
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -19,6 +31,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from ops.bench.common import BenchStack, machine, peak_rss_mib, start_stack
 from schemas import Codec, InteractionBody, InteractionRecorded
+from schemas.sealed import SealingCodec, subject_of
+from sinks.keys import KeyBook
 
 CONTENT = (
     "The user asked to move the Thursday review to Friday afternoon and to invite the "
@@ -45,12 +59,20 @@ def make_payloads(n: int, agents: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
-async def publish(bootstrap: str, payloads: list[tuple[bytes, bytes]]) -> float:
+MODES: dict[str, tuple[str, dict[str, str]]] = {
+    "sealed": ("engram.ingest", {}),
+    "clear": ("engram.ingest", {"ENGRAM_SEAL": "off"}),
+    "direct": ("engram.events", {"ENGRAM_SEAL": "off"}),
+}
+"""Mode -> (the topic the bench publishes to, the stack's environment)."""
+
+
+async def publish(bootstrap: str, payloads: list[tuple[bytes, bytes]], topic: str) -> float:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     await producer.start()
     started = time.perf_counter()
     try:
-        futures = [await producer.send("engram.events", key=k, value=v) for k, v in payloads]
+        futures = [await producer.send(topic, key=k, value=v) for k, v in payloads]
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
@@ -87,6 +109,22 @@ def decode_rate(payloads: list[tuple[bytes, bytes]]) -> float:
     return len(sample) / (time.perf_counter() - started)
 
 
+def seal_rates(payloads: list[tuple[bytes, bytes]]) -> tuple[float, float]:
+    """Events sealed and opened per second by one process (keys in memory)."""
+    keys = KeyBook()
+    codec = SealingCodec(keys)
+    events = [codec.decode(v) for _, v in payloads[:20_000]]
+    for event in events:
+        keys.keys.setdefault(subject_of(event), {"k": secrets.token_bytes(32)})
+    started = time.perf_counter()
+    sealed = [codec.encode(e) for e in events]
+    sealing = len(events) / (time.perf_counter() - started)
+    started = time.perf_counter()
+    for raw in sealed:
+        codec.open(raw)
+    return sealing, len(events) / (time.perf_counter() - started)
+
+
 def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
     """Poll until ClickHouse holds ``n`` events and ``n`` memory changes; return the time."""
     deadline = time.monotonic() + timeout
@@ -101,15 +139,16 @@ def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
     raise TimeoutError(f"ClickHouse did not reach {n} events within {timeout:.0f}s")
 
 
-def run(n: int, agents: int, timeout: float) -> dict[str, object]:
+def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, object]:
     payloads = make_payloads(n, agents)
     avg_bytes = sum(len(v) for _, v in payloads) / n
-    stack = start_stack()
+    topic, env = MODES[mode]
+    stack = start_stack(None, 120.0, **env)
     try:
         bootstrap = stack.up["kafka_bootstrap"]
         time.sleep(8)  # let the worker join its group before the clock starts
         started = time.perf_counter()
-        publish_s = asyncio.run(publish(bootstrap, payloads))
+        publish_s = asyncio.run(publish(bootstrap, payloads, topic))
         done = wait_for(stack, n, timeout)
         elapsed = done - started
         final = stack.count("SELECT count() FROM events FINAL")
@@ -118,6 +157,7 @@ def run(n: int, agents: int, timeout: float) -> dict[str, object]:
     finally:
         stack.stop()
     return {
+        "mode": mode,
         "events": n,
         "agents": agents,
         "avg_event_bytes": round(avg_bytes),
@@ -133,14 +173,41 @@ def run(n: int, agents: int, timeout: float) -> dict[str, object]:
     }
 
 
+def _rate(result: dict[str, object]) -> float:
+    rate = result["end_to_end_per_s"]
+    assert isinstance(rate, int | float)
+    return float(rate)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--agents", type=int, default=100)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--seal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only the sealed mode (--no-seal: only clear); default: both, same run",
+    )
+    parser.add_argument("--modes", help="comma-separated modes: sealed, clear, direct")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the modes, alternated")
     args = parser.parse_args()
-    result = run(args.events, args.agents, args.timeout)
-    print(json.dumps(result, indent=2))
+    if args.modes:
+        modes = args.modes.split(",")
+    else:
+        modes = {True: ["sealed"], False: ["clear"], None: ["sealed", "clear"]}[args.seal]
+    runs = [
+        run(args.events, args.agents, args.timeout, m) for _ in range(args.repeat) for m in modes
+    ]
+    summary: dict[str, object] = {"runs": runs}
+    rates = {m: statistics.median([_rate(r) for r in runs if r["mode"] == m]) for m in modes}
+    summary["median_per_s"] = rates
+    if "sealed" in rates and "clear" in rates:
+        summary["sealing_overhead"] = round(1 - rates["sealed"] / rates["clear"], 4)
+    seal_per_s, open_per_s = seal_rates(make_payloads(20_000, args.agents))
+    summary["seal_per_s"], summary["open_per_s"] = round(seal_per_s), round(open_per_s)
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

@@ -106,3 +106,34 @@ def test_two_writers_racing_for_a_subject_keep_both_keys(broker: str) -> None:
             await second.stop()
 
     asyncio.run(scenario())
+
+
+def test_an_erasure_read_again_spares_the_keys_made_after_it(broker: str) -> None:
+    """A request replayed later (a re-read of the log) destroys only the keys made by
+    the time it was requested: a subject that came back keeps its new key."""
+
+    async def scenario() -> None:
+        topic = f"engram.keys.test-{uuid.uuid4().hex[:8]}"
+        await ensure_topics(broker, [TopicSpec(topic, 1, COMPACTED)])
+        master = MasterKey(secrets.token_bytes(32))
+        ring = await keyring(broker, topic, master)
+        try:
+            await ring.ensure(["lea"])
+            first = ring.data_key("lea")[0]
+            requested = datetime.now(UTC)
+            assert await ring.destroy("lea", made_by=requested) == [first]
+            await asyncio.sleep(0.01)
+            await ring.ensure(["lea"])  # lea comes back after her erasure
+            second = ring.data_key("lea")[0]
+            assert await ring.destroy("lea", made_by=requested) == []  # the old request
+            assert ring.live("lea") == [second]
+            reader = await keyring(broker, topic, master)  # ages read from the topic
+            try:
+                assert await reader.destroy("lea", made_by=requested) == []
+                assert await reader.destroy("lea", made_by=datetime.now(UTC)) == [second]
+            finally:
+                await reader.stop()
+        finally:
+            await ring.stop()
+
+    asyncio.run(scenario())

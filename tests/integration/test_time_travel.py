@@ -30,7 +30,9 @@ from engram import Memory
 from engram.errors import RequestFailed
 from engram.history import history_snapshot, http_client
 from engram.results import Snapshot
+from engram.settings import Settings
 from engram.snapshot import UnknownAgent, take_snapshot
+from engram.transfer import archive_opener
 from ops.bench.timetravel import comparable, history_of, moments
 from processors import AgentMemory, MemoryConfig
 from processors.consolidation import ConsolidationParams
@@ -38,6 +40,7 @@ from processors.forgetting import ForgettingParams
 from processors.working import WorkingParams
 from schemas import Codec, DerivedEvent, Event
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
+from sinks.keys import OpenEvent
 from tests.support import Stack, engram_cmd, wait_until
 
 pytestmark = pytest.mark.integration
@@ -51,6 +54,7 @@ class Published:
     client: Client
     history: ClickHouseHistory
     logs: dict[str, list[Event]]
+    open_event: OpenEvent | None = None
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +74,9 @@ def published(stack: Stack) -> Iterator[Published]:
             f"the fold of {agent_id}'s {len(events)} events",
         )
     client = http_client(stack.http)
-    yield Published(client, ClickHouseHistory(client), logs)
+    settings = Settings.from_env({"ENGRAM_HOME": str(stack.home), **stack.env})
+    with archive_opener(settings) as open_event:  # the stack's keys open its sealed log
+        yield Published(client, ClickHouseHistory(client), logs, open_event)
     client.close()
 
 
@@ -82,7 +88,7 @@ def folded_to(stack: Stack, agent_id: str, seq: int) -> bool:
 
 
 def both(p: Published, agent_id: str, at: datetime, **options: Any) -> tuple[Snapshot, Snapshot]:
-    replayed = take_snapshot(p.history, agent_id, as_of=at, **options)
+    replayed = take_snapshot(p.history, agent_id, as_of=at, open_event=p.open_event, **options)
     queried = history_snapshot(p.client, agent_id, as_of=at, **options)
     return replayed, queried
 
@@ -187,7 +193,7 @@ def test_before_the_first_event_the_agent_is_unknown(published: Published) -> No
     agent_id, events = next(iter(published.logs.items()))
     before = events[0].occurred_at - timedelta(seconds=1)
     with pytest.raises(UnknownAgent):
-        take_snapshot(published.history, agent_id, as_of=before)
+        take_snapshot(published.history, agent_id, as_of=before, open_event=published.open_event)
     with pytest.raises(UnknownAgent):
         history_snapshot(published.client, agent_id, as_of=before)
 

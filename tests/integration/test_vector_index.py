@@ -485,3 +485,33 @@ def test_open_index_by_url(tmp_path: Path) -> None:
     for bad in ("qdrant://x", "edge://relative/path", "edge:relative", "/abs/path", "local://"):
         with pytest.raises(ValueError, match="edge:///abs/path"):
             open_index(bad)
+
+
+def _owners(store: VectorIndex, version: int | None = None) -> list[tuple[str, str]]:
+    """(agent, user or "-") of every point of ``version``, sorted."""
+    return sorted(
+        (p.payload["agent_id"], p.payload["user_id"] or "-") for p in store.points(version)
+    )
+
+
+def test_erase_deletes_the_subjects_points_of_the_agent_in_every_version(
+    index: VectorIndex,
+) -> None:
+    index.upsert(
+        [
+            point("mei-1", axis(0), ("mei",), user_id="mei"),
+            point("mei-2", None, ("mei",), user_id="mei"),
+            point("sam-1", axis(1), ("sam",), user_id="sam"),
+            point("mei-b", axis(2), ("mei",), agent="b", user_id="mei"),
+            point("own", axis(3), ("own",), user_id=None),
+        ]
+    )
+    aside = index.create_version()
+    index.pinned(aside).upsert([point("mei-3", axis(4), ("mei",), user_id="mei")])
+    assert index.erase("a", "mei") == 3
+    assert _owners(index) == [("a", "-"), ("a", "sam"), ("b", "mei")]
+    assert _owners(index, aside) == []
+    assert index.erase("a", "mei") == 0, "erasing again deletes nothing"
+    assert index.erase("a", None) == 1
+    assert _owners(index) == [("a", "sam"), ("b", "mei")]
+    assert index.count(Scope("a", user_id="mei", include_forgotten=True)) == 0

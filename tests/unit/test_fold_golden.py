@@ -21,6 +21,12 @@ None); the ``bench`` workload asserts no facts, so only the ``rich`` digests cha
 And for ``memory.created`` version 2, whose body names when the memory's forgetting
 clock starts (``formed_at``): checked like the first update, all six old digests
 matched the new output with that field and the version removed.
+
+And for erasure (issue 7): ``subject.erasure_requested`` (in the ``rich`` workload)
+now purges its subject and emits ``subject.erased``, and the state records whose an
+item is (``session_users``, ``persona_users``, a fact version's ``user_id``). Checked
+like the first update: with the erasure made a no-op and those three fields left
+out of serialisation, all six old digests matched the new output.
 """
 
 from __future__ import annotations
@@ -61,22 +67,22 @@ CASES = {
 GOLDEN = {
     # (workload, events, agents, seed, restore_every, config): sha-256
     ("bench", 3000, 10, 0, 0, "exponential"): (
-        "cd92cd6817560873aac8946e2708e752dd06d5290350af53b7e799c2cb2d5509"
+        "7f37e8f9cc95e17328bb18c45da085aa636c58a84921df5378309b191c2f7c3c"
     ),
     ("bench", 3000, 10, 0, 0, "fsrs"): (
-        "19cd372a21cd2be2e8e0995e821cdc3d859e5210f31143e233eabff51aec28fe"
+        "f59c1936db0f2ea746c14de09b28722089eacbe6d5443af4c26c697986315214"
     ),
     ("rich", 3000, 6, 0, 7, "exponential"): (
-        "8173c9ac624bc732cbab647015e8389af7b51ee984a35996d3e1190098016394"
+        "3f73f91c2748b84971388fba9724d3e365fa12094c892a40559e7ed6535c6a77"
     ),
     ("rich", 3000, 6, 0, 7, "fsrs"): (
-        "5c49078cbc3a0d15effea1bda8cab546194596bfdf2e3100396253c0dff4b858"
+        "2006e377f46f733848a1393110ce9e2ca6a52cb1bc1bd0fe6717ed9c5f8f68df"
     ),
     ("rich", 2500, 5, 1, 13, "tight"): (
-        "164f8ea83ca4b853f0fc2e703346e405ed369dc252b7e43eceb1a64527e4826e"
+        "374283eb70e4cd40491b886ad03eb74f881081d08f7df9278a9f1fc666d7be1e"
     ),
     ("rich", 2500, 5, 1, 13, "tight-fsrs"): (
-        "570e667124f1b6cd43d221a9840c5fd3e65a391b95e9508700dc963ff4d35c6a"
+        "d6a837ebac29b7f1516de8faa6b20393c739485f1f8378643791871090bfae6b"
     ),
 }
 

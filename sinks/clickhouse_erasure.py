@@ -1,0 +1,242 @@
+"""Purging an erased subject from one agent's ClickHouse history (issue 7).
+
+Given a ``subject.erased`` of agent ``A`` at sequence ``E``, among ``A``'s rows before
+``E``:
+
+- the subject's raw events leave the archive (``events``), but the erasure requests
+  (no content: the audit trail);
+- the subject's memory changes leave the live ``memory_changes`` and every kept
+  version of it, and so does every change of the subject's memories, whoever made it;
+- shared documents are re-derived without the subject: the persona versions the
+  other users made (whole documents, which carried what the subject had set) take the
+  bodies of the fold's re-merged versions, read from the agent's latest checkpoint
+  (written with the erasure) by their source event; versions the fold no longer has
+  leave; the ``previous_value`` of the other users' ``fact.set`` on the keys the
+  subject set follows the chain of the changes that remain;
+- the agent's state checkpoints before the erasure leave (they hold the subject's
+  content; the one written with the erasure is after it).
+
+The subject's rows are those of its user, or without a user when the subject is the
+agent itself. Deletes are lightweight ``DELETE``s (ReplacingMergeTree accepts them,
+chdb included), one per table. A rewritten row is inserted first, with the same key
+and version and its new body, then the old one is deleted with the subject's rows (by
+key and body): a crash in between leaves both, and the redo deletes the old one.
+Every step is idempotent: run again, it finds nothing more to do.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from schemas import FactSetBody, PersonaVersionBody, SubjectErased
+
+DELETE_SYNC = {"lightweight_deletes_sync": 2}
+"""A lightweight DELETE returns once the rows are gone (on every replica, on a server)."""
+_ROW = "cityHash64(agent_id, seq, idx, body)"
+"""Names one physical row of a memory-changes table: its key and its body."""
+
+
+def purge(
+    client: Client,
+    erasures: Sequence[SubjectErased],
+    change_tables: Sequence[str],
+    columns: Sequence[str],
+) -> list[dict[str, int]]:
+    """Purge every erasure of ``erasures`` (agents of one flush, as a broadcast request
+    makes them) with one DELETE per table for all; return, per erasure, the rows
+    deleted (or rewritten: ``"<table> rewritten"``) per table."""
+    plans = [Purge(client, e, i, columns) for i, e in enumerate(erasures)]
+    counts: list[dict[str, int]] = [{} for _ in plans]
+    _delete_all(client, "events", [(p, p.events()) for p in plans], counts)
+    for table in change_tables:
+        _delete_all(client, table, [(p, p.changes(table)) for p in plans], counts)
+        for plan, count in zip(plans, counts, strict=True):
+            if plan.rewritten.get(table):
+                count[f"{table} rewritten"] = plan.rewritten[table]
+    _delete_all(client, "agent_states", [(p, p.checkpoints()) for p in plans], counts)
+    return counts
+
+
+def _delete_all(
+    client: Client,
+    table: str,
+    wheres: Sequence[tuple[Purge, tuple[str, str]]],
+    counts: list[dict[str, int]],
+) -> None:
+    """Count each plan's rows of ``table`` (what it deletes for the subject, the
+    first condition), then delete every plan's rows (the second) in one statement."""
+    doomed: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (plan, (subject, everything)) in enumerate(wheres):
+        counts[i][table] = plan.count(table, subject)
+        if counts[i][table] or plan.stale.get(table):
+            doomed.append(f"({everything})")
+            params |= plan.params
+    if doomed:
+        sql = f"DELETE FROM {table} WHERE {' OR '.join(doomed)}"
+        client.command(sql, parameters=params, settings=DELETE_SYNC)
+
+
+class Purge:
+    """The plan of one erasure of one agent: which rows go, which are rewritten. Its
+    query parameters are named after ``tag`` (``a{tag}``, ``u{tag}``, ...), so the
+    plans of many agents share one statement."""
+
+    def __init__(
+        self, client: Client, erased: SubjectErased, tag: int, columns: Sequence[str]
+    ) -> None:
+        self.client = client
+        self.tag = tag
+        subject = erased.body.subject
+        tail = " OR user_id IS NULL)" if subject == erased.agent_id else ")"
+        self.owner = self.named("(user_id = {u:String}") + tail
+        self.before = self.named("agent_id = {a:String} AND seq < {s:UInt64}")
+        self.params: dict[str, Any] = {
+            f"a{tag}": erased.agent_id,
+            f"u{tag}": subject,
+            f"s{tag}": erased.seq,
+        }
+        self.columns = tuple(columns)
+        self.rewritten: dict[str, int] = {}
+        self.stale: dict[str, list[int]] = {}
+
+    def named(self, sql: str) -> str:
+        """``sql`` with its parameters ``{x:T}`` renamed ``{x<tag>:T}``."""
+        for name in ("a", "u", "s", "m", "old", "ns", "k"):
+            sql = sql.replace("{" + name + ":", "{" + f"{name}{self.tag}:")
+        return sql
+
+    def events(self) -> tuple[str, str]:
+        """The subject's raw events but the erasure requests (no content)."""
+        where = f"{self.before} AND {self.owner} AND type != 'subject.erasure_requested'"
+        return where, where
+
+    def checkpoints(self) -> tuple[str, str]:
+        where = self.named("agent_id = {a:String} AND seq < {s:Int64}")
+        return where, where
+
+    # -- memory changes ---------------------------------------------------------
+
+    def changes(self, table: str) -> tuple[str, str]:
+        """The subject's changes of ``table`` (first) and, with them, the rows of the
+        shared documents re-derived without the subject (second), whose new bodies
+        are inserted here, before the DELETE: a crash in between leaves both, and the
+        redo deletes the old ones."""
+        mine = f"{self.before} AND {self.owner}"
+        persona = self.count(table, f"{mine} AND type = 'persona.versioned'")
+        keys = self.fact_keys(table, mine)
+        memory_ids = self.values(table, "memory_id", f"{mine} AND memory_id != ''")
+        self.params[f"m{self.tag}"] = memory_ids
+        subject = (
+            f"{self.before} AND ({self.owner} OR memory_id IN "
+            + self.named("{m:Array(String)})")
+            + " AND type != 'subject.erased'"
+        )
+        others = f"NOT ({subject})"
+        changed, stale = self.persona_rewrites(table, others) if persona else ([], [])
+        for namespace, key in keys:
+            more, old = self.fact_rewrites(table, others, namespace, key)
+            changed, stale = changed + more, stale + old
+        if changed:
+            self.client.insert(table, changed, column_names=self.columns)
+        self.rewritten[table] = len(stale)
+        self.stale[table] = stale
+        self.params[f"old{self.tag}"] = stale
+        rows = self.named("{a:String} AND " + _ROW + " IN {old:Array(UInt64)}")
+        return subject, f"({subject}) OR (agent_id = {rows})"
+
+    def fact_keys(self, table: str, where: str) -> list[tuple[str, str]]:
+        rows = self.query(
+            f"SELECT DISTINCT JSONExtractString(body, 'namespace'), JSONExtractString(body, 'key')"
+            f" FROM {table} WHERE {where} AND type = 'fact.set'"
+        )
+        return [(str(ns), str(key)) for ns, key in rows]
+
+    def persona_rewrites(self, table: str, others: str) -> tuple[list[list[Any]], list[int]]:
+        """The others' persona versions with the fold's re-merged bodies, to insert, and
+        the :data:`_ROW` of the rows they replace or that the fold no longer has."""
+        merged = self.merged_persona()
+        where = f"{self.before} AND type = 'persona.versioned' AND {others}"
+        changed: list[list[Any]] = []
+        stale: list[int] = []
+        for row, ident in self.rows(table, where):
+            body = merged.get(str(row[self.columns.index("source_event_id")]))
+            if body == row[-1]:
+                continue
+            stale.append(ident)
+            if body is not None:
+                changed.append([*row[:-1], body])
+        return changed, stale
+
+    def merged_persona(self) -> dict[str, str]:
+        """Source event id -> body of each persona version in the agent's latest
+        checkpoint (a ``StoredState`` of the worker, or an ``AgentState``)."""
+        found = self.query(
+            self.named("SELECT state FROM agent_states FINAL WHERE agent_id = {a:String}"),
+            formats={"state": "bytes"},
+        )
+        if not found:
+            return {}
+        doc = json.loads(found[0][0])
+        versions = doc.get("memory", doc).get("persona", {}).get("versions", [])
+        fields = PersonaVersionBody.model_fields
+        return {
+            str(v["source_event_id"]): PersonaVersionBody.model_validate(
+                {k: v[k] for k in fields if k in v}
+            ).model_dump_json()
+            for v in versions
+        }
+
+    def fact_rewrites(
+        self, table: str, others: str, namespace: str, key: str
+    ) -> tuple[list[list[Any]], list[int]]:
+        """The others' changes of one fact key whose ``previous_value`` the chain of the
+        remaining changes no longer gives, with the value it gives (to insert), and the
+        :data:`_ROW` of the rows they replace."""
+        where = f"{self.before} AND type = 'fact.set' AND {others}" + self.named(
+            " AND JSONExtractString(body, 'namespace') = {ns:String}"
+            " AND JSONExtractString(body, 'key') = {k:String}"
+        )
+        changed: list[list[Any]] = []
+        stale: list[int] = []
+        previous: str | None = None
+        want: str | None = None
+        last: tuple[int, int] | None = None
+        named = {f"ns{self.tag}": namespace, f"k{self.tag}": key}
+        for row, ident in self.rows(table, where, **named):
+            if (row[1], row[2]) != last:  # copies of one change (a redelivery) chain once
+                last, want = (row[1], row[2]), previous
+            fact = FactSetBody.model_validate_json(row[-1])
+            if fact.previous_value != want:
+                body = fact.model_copy(update={"previous_value": want}).model_dump_json()
+                changed.append([*row[:-1], body])
+                stale.append(ident)
+            previous = fact.value
+        return changed, stale
+
+    # -- helpers ------------------------------------------------------------------
+
+    def rows(self, table: str, where: str, **extra: Any) -> list[tuple[list[Any], int]]:
+        """Every physical row (``columns``, body last; duplicates of a key included) of
+        ``table`` matching ``where``, in (seq, idx) order, with its :data:`_ROW`."""
+        names = ", ".join(self.columns)
+        sql = f"SELECT {names}, {_ROW} FROM {table} WHERE {where} ORDER BY seq, idx"
+        return [(list(r[:-1]), int(r[-1])) for r in self.query(sql, **extra)]
+
+    def values(self, table: str, column: str, where: str) -> list[str]:
+        rows = self.query(f"SELECT DISTINCT {column} FROM {table} WHERE {where}")
+        return [str(r[0]) for r in rows]
+
+    def count(self, table: str, where: str, **extra: Any) -> int:
+        return int(self.query(f"SELECT count() FROM {table} WHERE {where}", **extra)[0][0])
+
+    def query(
+        self, sql: str, formats: dict[str, str | dict[str, str]] | None = None, **extra: Any
+    ) -> Sequence[Sequence[Any]]:
+        params = {**self.params, **extra}
+        result = self.client.query(sql, parameters=params, column_formats=formats or {})
+        return result.result_rows

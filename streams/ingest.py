@@ -1,0 +1,209 @@
+"""Sealing at ingest: ``engram.ingest`` -> sealed -> ``engram.events``.
+
+Producers without a master key (agents through :class:`engram.Memory`, JSON producers
+in any language) publish clear events to ``engram.ingest``; the worker deletes them
+there as soon as their sealed copies are acknowledged (the topic's retention, a day,
+is only the backstop for a broker that cannot delete records). The ``engram.ingest``
+agent decodes each one (bad bytes go to the dead-letter topic with the reason, as in
+the fold), seals it under its subject's data key (made and written to ``engram.keys``
+first when the subject has none) and produces it to ``engram.events`` keyed by
+``agent_id``; the batch is acked only once every sealed
+event is acknowledged, so nothing clear reaches a topic that keeps it and a crash
+republishes (the fold drops the repeated event ids). Records of one ingest partition
+are sealed and produced in their order, and an agent's events share a partition on
+both topics (the same key, the same murmur2 partitioner): per-agent order holds.
+
+:class:`WorkerKeys` is the worker's keyring, shared by this agent, the fold and the
+vector agents; :class:`KeyedWriter` writes the keys it made before the events sealed
+with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
+
+import faust
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+from schemas.errors import BadEvent
+from schemas.sealed import SealingCodec
+from sinks.keys import KafkaKeyring, cover
+from streams.logwriter import LogWriter, Record
+from streams.pipeline import DeadLetter, dead_letter_records
+from streams.retry import retry_in_place
+
+log = logging.getLogger("engram.ingest")
+
+
+class WorkerKeys:
+    """The worker's :class:`KafkaKeyring` (None: sealing is off), started on first
+    use in the worker's loop."""
+
+    def __init__(self, ring: KafkaKeyring | None) -> None:
+        self.ring = ring
+        self._started = False
+        self._lock = asyncio.Lock()
+
+    async def ready(self) -> None:
+        async with self._lock:
+            if self.ring is not None and not self._started:
+                await self.ring.start()
+                self._started = True
+
+    async def cover(self, codec: SealingCodec, raws: Sequence[bytes | None]) -> None:
+        """Return once every sealed event of ``raws`` opens or is known shredded."""
+        if self.ring is None:
+            return
+        await self.ready()
+        await cover(codec, self.ring, raws)
+
+    async def flush(self) -> None:
+        """Write the keys made since the last flush."""
+        if self.ring is not None and self.ring.pending:
+            await self.ready()
+            await self.ring.flush()
+
+    def writer(self, bootstrap: str) -> LogWriter:
+        return KeyedWriter(bootstrap, self)
+
+
+class KeyedWriter(LogWriter):
+    """A :class:`LogWriter` whose :meth:`send` first writes the keys made since the
+    last send (so no sealed event is ever published before its key)."""
+
+    def __init__(self, bootstrap: str, keys: WorkerKeys) -> None:
+        super().__init__(bootstrap)
+        self.keys = keys
+
+    async def send(
+        self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False
+    ) -> None:
+        await self.keys.flush()
+        await super().send(topic, records, one_per_batch=one_per_batch)
+
+
+def seal_one(codec: SealingCodec, message: Any) -> Record | DeadLetter | None:
+    """The record ``engram.events`` gets for one ingest message, its dead letter, or
+    None (sealed under a destroyed key: the subject is erased, nothing to keep).
+    Sealed bytes pass as they are once they open; clear ones are sealed."""
+    raw: bytes = message.value or b""
+    try:
+        event = codec.open(raw)
+        if event is None:
+            return None
+        value = codec.reseal(event, raw)
+    except BadEvent as bad:
+        return DeadLetter(message.key, raw, bad.reason, _source(message))
+    return Record(event.agent_id.encode(), value, int(event.occurred_at.timestamp() * 1000))
+
+
+def seal_batch(
+    codec: SealingCodec, messages: Sequence[Any]
+) -> tuple[list[Record], list[DeadLetter]]:
+    """:func:`seal_one` over a batch, in its order."""
+    records: list[Record] = []
+    dead: list[DeadLetter] = []
+    for message in messages:
+        out = seal_one(codec, message)
+        if isinstance(out, Record):
+            records.append(out)
+        elif isinstance(out, DeadLetter):
+            dead.append(out)
+    return records, dead
+
+
+async def seal_and_publish(
+    codec: SealingCodec,
+    keys: WorkerKeys,
+    writer: LogWriter,
+    messages: Sequence[Any],
+    route: tuple[str, str],
+) -> None:
+    """Seal ``messages`` and publish them to ``route[0]`` (their dead letters to
+    ``route[1]``); every step retried in place, so it returns only when all is
+    acknowledged and never raises (but cancellation)."""
+    events_topic, dead_letter_topic = route
+    raws = [m.value for m in messages]
+    await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
+    records, dead = seal_batch(codec, messages)
+    letters = dead_letter_records(dead)
+    await retry_in_place(lambda: writer.send(events_topic, records), what="publish sealed")
+    await retry_in_place(lambda: writer.send(dead_letter_topic, letters), what="dead letters")
+
+
+class Sweeper:
+    """Deletes the clear records of ``engram.ingest`` once their sealed copies are
+    acknowledged (Kafka's DeleteRecords), so they do not wait for the topic's
+    retention. Best effort: a broker that refuses (the embedded one may) is asked no
+    more, and the retention (see :data:`ops.topics.SHORT_LIVED`) stays the backstop."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.admin: AIOKafkaAdminClient | None = None
+        self.refused = False
+
+    async def sweep(self, messages: Sequence[Any]) -> None:
+        if self.refused or not messages:
+            return
+        ends: dict[TopicPartition, int] = {}
+        for m in messages:
+            tp = TopicPartition(m.topic, m.partition)
+            ends[tp] = max(ends.get(tp, 0), m.offset + 1)
+        try:
+            if self.admin is None:
+                self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+                await self.admin.start()
+            await self.admin.delete_records(
+                {tp: RecordsToDelete(before_offset=end) for tp, end in ends.items()},
+                timeout_ms=10_000,
+            )
+        except Exception as error:  # the sealed copies are safe: only the sweep is lost
+            self.refused = True
+            log.warning("cannot delete swept ingest records (%r): retention removes them", error)
+
+    async def stop(self) -> None:
+        if self.admin is not None:
+            await self.admin.close()
+
+
+def _source(message: Any) -> str:
+    return f"{message.topic}:{message.partition}:{message.offset}"
+
+
+def register_ingest(
+    app: faust.App,
+    *,
+    ingest: faust.TopicT,
+    events_topic: str,
+    dead_letter_topic: str,
+    codec: SealingCodec,
+    keys: WorkerKeys,
+    bootstrap: str,
+    batch_size: int = 1000,
+    within: float = 0.2,
+) -> faust.types.AgentT[bytes]:
+    """Declare the ``engram.ingest`` agent on ``app`` (``codec`` accepts the raw types
+    and seals with ``keys``); return it."""
+
+    route = (events_topic, dead_letter_topic)
+
+    @app.agent(ingest, name="engram.ingest")
+    async def seal(stream: faust.StreamT[bytes]) -> None:
+        writer = keys.writer(bootstrap)
+        sweeper = Sweeper(bootstrap)
+        try:
+            async for batch in cast(faust.Stream[bytes], stream).take_events(
+                batch_size, within=within
+            ):
+                messages = [item.message for item in batch]
+                await seal_and_publish(codec, keys, writer, messages, route)
+                await sweeper.sweep(messages)
+        finally:
+            await writer.stop()
+            await sweeper.stop()
+
+    return seal
