@@ -31,6 +31,7 @@ from typing import Any, cast
 from uuid import uuid5
 
 import faust
+from faust.types import TP
 
 from processors import AgentMemory, AgentState, MemoryConfig
 from schemas import RAW_TYPE_NAMES, BadEvent, ClockTicked, Codec, DerivedEvent, Event, Model
@@ -64,15 +65,29 @@ class DeadLetter:
     source: str
 
 
+MARK_PREFIX = b"\x00processed:"
+"""State-table keys of the per-partition marks: the offset of the last message of the
+partition that the fold has processed (applied, dead-lettered, or found applied
+before), saved with the agents' states. Agent ids cannot start with NUL."""
+
+
+def mark_key(partition: int) -> bytes:
+    return MARK_PREFIX + str(partition).encode()
+
+
 @dataclass
 class FoldResult:
     """What one batch of raw events produced; ``touched`` maps each agent whose
-    state changed to the partition its state is kept in."""
+    state changed to the partition its state is kept in. ``held`` are messages
+    not folded because an earlier offset of their partition is missing: ``gaps``
+    maps each such partition to the offset to read again from."""
 
     sequenced: list[SequencedEvent] = field(default_factory=list)
     derived: list[DerivedEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     touched: dict[str, int] = field(default_factory=dict)
+    held: list[Any] = field(default_factory=list)
+    gaps: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -103,12 +118,32 @@ class Folder:
         self.config = config
         self.live: dict[str, LiveAgent] = {}
         self.homes: dict[int, set[str]] | None = None
+        self.next: dict[int, int] = {}  # per partition: the offset to fold next
+        self.marks: dict[int, int] = {}  # per partition: processed, not yet saved
+
+    def forget(self) -> None:
+        """Drop what this worker holds between batches (partitions were revoked)."""
+        self.live.clear()
+        self.next.clear()
+        self.homes = None
+
+    def expected(self, partition: int) -> int | None:
+        """The offset the next message of ``partition`` must have: one after the last
+        processed (by this life, or saved by an earlier one); None if none ever was."""
+        found = self.next.get(partition)
+        if found is None:
+            saved = self.table.data.get(mark_key(partition))
+            if saved is not None:
+                found = self.next[partition] = int(saved) + 1
+        return found
 
     def agents_on(self, partition: int) -> list[str]:
         """Every agent whose events arrive on ``partition`` (live or in the table)."""
         if self.homes is None:
             self.homes = {}
             for key, value in self.table.data.items():
+                if key.startswith(MARK_PREFIX):
+                    continue
                 for home in StoredState.model_validate_json(value).positions:
                     self.homes.setdefault(home, set()).add(key.decode())
         for agent_id, live in self.live.items():
@@ -130,9 +165,27 @@ class Folder:
         return live
 
     def fold(self, batch: Sequence[faust.EventT[bytes]]) -> FoldResult:
+        """Fold the batch's messages, each partition strictly in offset order from its
+        mark: a message past a hole (an offset never delivered to the fold, whatever
+        the consumer group committed) is held, and its partition read again from the
+        hole; a message before the mark was processed already and is passed over."""
         result = FoldResult()
         for item in batch:
-            self._fold_one(item.message, result)
+            message = item.message
+            partition, offset = message.partition, message.offset
+            if partition in result.gaps:
+                result.held.append(message)
+                continue
+            expected = self.expected(partition)
+            if expected is not None and offset > expected:
+                result.gaps[partition] = expected
+                result.held.append(message)
+                continue
+            if expected is not None and offset < expected:
+                continue  # processed before: acked with the batch, nothing else
+            self._fold_one(message, result)
+            self.next[partition] = offset + 1
+            self.marks[partition] = offset
         return result
 
     def _fold_one(self, message: Any, result: FoldResult) -> None:
@@ -176,8 +229,8 @@ class Folder:
             result.derived.extend(step.derived)
 
     def state_records(self, touched: dict[str, int]) -> tuple[list[Record], list[Checkpoint]]:
-        """Changelog records of the touched agents' states (also set in the table),
-        and the same states as history checkpoints."""
+        """Changelog records of the touched agents' states and of the partitions'
+        marks (also set in the table), and the states as history checkpoints."""
         records, checkpoints = [], []
         for agent_id, partition in sorted(touched.items()):
             live = self.live[agent_id]
@@ -185,6 +238,11 @@ class Folder:
             self.table.data[key] = value
             records.append(Record(key, value, partition=partition))
             checkpoints.append(Checkpoint(agent_id, live.memory.seq, value))
+        for partition, offset in sorted(self.marks.items()):
+            key, value = mark_key(partition), str(offset).encode()
+            self.table.data[key] = value
+            records.append(Record(key, value, partition=partition))
+        self.marks.clear()
         return records, checkpoints
 
 
@@ -376,7 +434,7 @@ def register(
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
         for flusher in flushers:
             await flusher.drain()
-            flusher.folder.live.clear()
+            flusher.folder.forget()
 
     @app.agent(topics.events, name="engram.fold")
     async def fold(stream: faust.StreamT[bytes]) -> None:
@@ -414,4 +472,17 @@ async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> 
     started = time.perf_counter()
     result = flusher.folder.fold(batch)
     log.debug("folded %d messages in %.3fs", len(batch), time.perf_counter() - started)
+    if result.held:
+        # never acked, so never committed; the partition is read again from its hole
+        held = {id(message) for message in result.held}
+        messages = [message for message in messages if id(message) not in held]
+        topic = result.held[0].topic
+        for partition, offset in result.gaps.items():
+            log.warning(
+                "%s[%d]: offset %d was never folded; reading again from there",
+                topic,
+                partition,
+                offset,
+            )
+            await flusher.consumer.seek(TP(topic, partition), offset)
     await flusher.add(result, messages)
