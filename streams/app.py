@@ -30,12 +30,39 @@ class _ConsumerThread(faust_kafka.AIOKafkaConsumerThread):
 
 
 class _Consumer(faust_kafka.Consumer):
+    """faust's consumer, made to commit only offsets whose messages an agent processed.
+
+    Two faust behaviours commit past a message no agent ever saw, losing it on the
+    next restart: (1) a stream *skips* the messages it takes during a rebalance (or
+    from an older generation) and acks them, so the commit after the rebalance runs
+    past them; (2) ``_new_offset`` commits a run of acked offsets that starts one past
+    the committed offset (``min(acked) - committed > 1`` lets a hole of one through).
+    Here an ack counts only for a message the stream delivered (``tracked``, set just
+    after the skip test), and a run counts only when it starts at the committed
+    offset. A refused ack only makes a message come again, which every engram agent
+    takes idempotently."""
+
     def _new_consumer_thread(self) -> faust_kafka.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    def ack(self, message: Any) -> bool:
+        if not message.tracked:
+            message.acked = True  # skipped, never delivered: read again, not committed
+            return False
+        return bool(super().ack(message))
+
+    def _new_offset(self, tp: Any) -> int | None:
+        acked = self._acked[tp]
+        committed = self._committed_offset[tp]
+        if acked and committed is not None and min(acked) > committed:
+            return None  # the committed offset itself is not acked yet: a hole
+        offset: int | None = super()._new_offset(tp)
+        return offset
+
 
 class Transport(faust_kafka.Transport):
-    """faust's aiokafka transport whose worker consumer waits ``fetch_max_wait_ms``."""
+    """faust's aiokafka transport whose worker consumer waits ``fetch_max_wait_ms`` and
+    commits only what its agents processed (see ``_Consumer``)."""
 
     Consumer = _Consumer
 

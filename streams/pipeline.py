@@ -18,6 +18,13 @@ Redelivery is harmless: each agent's stored state records the last offset it
 applied per source partition, so a batch delivered again after a crash is
 skipped event by event, exactly, whatever its size; what was written before the
 crash is rewritten with the same rows and the same derived ids (idempotent).
+
+Nothing is skipped either: the fold does not trust the consumer group's committed
+offset (faust can commit past messages it never delivered, see
+:class:`streams.app.Transport`). With the states it saves, per partition, the offset
+of the last message it processed (a *mark*); a message past the mark means a hole,
+and the partition is read again from the mark; a partition without a mark is read
+from the start of its log. A stopping worker finishes its last flush first.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 from uuid import uuid5
@@ -136,6 +143,15 @@ class Folder:
             if saved is not None:
                 found = self.next[partition] = int(saved) + 1
         return found
+
+    def unmarked(self, partitions: Iterable[int]) -> list[int]:
+        """Those of ``partitions`` whose next offset is not known: none of their
+        messages was ever processed (or its mark was never saved)."""
+        return sorted(p for p in set(partitions) if self.expected(p) is None)
+
+    def start(self, partition: int, offset: int) -> None:
+        """Fold ``partition`` from ``offset`` (its log start, when it has no mark)."""
+        self.next[partition] = offset
 
     def agents_on(self, partition: int) -> list[str]:
         """Every agent whose events arrive on ``partition`` (live or in the table)."""
@@ -456,11 +472,37 @@ def register(
             ):
                 await fold_batch(flusher, batch)
         finally:
-            if flusher.task is not None:
-                flusher.task.cancel()  # unacked messages are delivered again
+            await finish(flusher)
             await writer.stop()
 
     return fold
+
+
+async def start_unmarked(flusher: Flusher, messages: Sequence[Any]) -> None:
+    """A partition with no mark is folded from the start of its log: whatever offset
+    the consumer group committed for it, nothing of it was ever processed here."""
+    folder = flusher.folder
+    for partition in folder.unmarked(m.partition for m in messages):
+        tp = TP(messages[0].topic, partition)
+        earliest = await flusher.consumer.earliest_offsets(tp)
+        folder.start(partition, earliest[tp])
+
+
+STOP_GRACE_S = 20.0
+"""How long a stopping worker waits for its last flush before it gives it up."""
+
+
+async def finish(flusher: Flusher) -> None:
+    """Flush what was folded before the worker stops, so that the states and marks of
+    everything written are saved with it; after :data:`STOP_GRACE_S` the flush is
+    abandoned (its messages were not acked: they are delivered again)."""
+    try:
+        await asyncio.wait_for(flusher.drain(), STOP_GRACE_S)
+    except (TimeoutError, asyncio.CancelledError):
+        log.warning("stopping with a flush unfinished: its messages will be read again")
+    finally:
+        if flusher.task is not None:
+            flusher.task.cancel()
 
 
 async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> None:
@@ -469,6 +511,7 @@ async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> 
     messages = [item.message for item in batch]
     for message in messages:
         message.incref()
+    await start_unmarked(flusher, messages)
     started = time.perf_counter()
     result = flusher.folder.fold(batch)
     log.debug("folded %d messages in %.3fs", len(batch), time.perf_counter() - started)

@@ -2,7 +2,9 @@
 committed: if the group's offset runs ahead of the fold (faust acks messages it
 skipped during a rebalance, and counts gaps as acked), the fold sees the hole at the
 partition's next message (an event, or the ticker's tick at the latest), reads the
-partition again from its own mark, and so loses nothing and applies nothing twice."""
+partition again from its own mark, and so loses nothing and applies nothing twice.
+A partition with no mark at all (nothing of it was ever processed) is read from the
+start of its log, whatever the group committed for it."""
 
 from __future__ import annotations
 
@@ -27,12 +29,14 @@ pytestmark = [
 ]
 
 
-def turns(n: int, offset: int = 0) -> list[Event]:
+def turns(n: int, offset: int = 0, agents: int = 3) -> list[Event]:
+    """``n`` turns spread over the agents guard-0 .. guard-{agents - 1} (on partitions
+    4, 3, 2 and, for guard-3, 5 of six)."""
     t0 = datetime(2026, 10, 5, 9, 0, tzinfo=UTC)
     return [
         make_event(
             "interaction.recorded",
-            agent_id=f"guard-{(i + offset) % 3}",
+            agent_id=f"guard-{(i + offset) % agents}",
             session_id="s",
             occurred_at=t0 + timedelta(seconds=i + offset),
             body={"role": "user", "content": f"turn {i + offset} 第{i + offset}句"},
@@ -65,7 +69,8 @@ def test_a_group_offset_ahead_of_the_fold_loses_nothing(tmp_path: Path) -> None:
     with ApacheKafka(tmp_path / "kafka") as broker:
         env = {"ENGRAM_KAFKA_BOOTSTRAP": broker.bootstrap}
         first = start_stack(tmp_path / "home", **env)
-        before, after = turns(90), turns(60, offset=90)
+        # guard-3 (partition 5) appears only while no worker runs: no mark there
+        before, after = turns(90), turns(80, offset=90, agents=4)
         with Memory(bootstrap=broker.bootstrap) as memory:
             memory.publish_many(before)
         wait_until(lambda: first.scalar("SELECT count() FROM events FINAL") == 90, 60, "90")
@@ -79,19 +84,20 @@ def test_a_group_offset_ahead_of_the_fold_loses_nothing(tmp_path: Path) -> None:
 
         second = start_stack(tmp_path / "home", **env)
         try:
-            later = turns(3, offset=150)  # a hole shows at the partition's next message
+            later = turns(4, offset=170, agents=4)  # a hole shows at a partition's next message
             with Memory(bootstrap=broker.bootstrap) as memory:
                 memory.publish_many(later)
             wait_until(
-                lambda: second.scalar("SELECT count() FROM events FINAL") == 153,
+                lambda: second.scalar("SELECT count() FROM events FINAL") == 174,
                 90,
-                "the 60 events the group had committed past, and the 3 after them",
+                "the 80 events the group had committed past, and the 4 after them",
             )
             rows = second.rows(
                 "SELECT agent_id, groupArray(seq), groupArray(toString(event_id))"
                 " FROM (SELECT agent_id, seq, event_id FROM events FINAL ORDER BY agent_id, seq)"
                 " GROUP BY agent_id ORDER BY agent_id"
             )
+            assert [row[0] for row in rows] == [f"guard-{i}" for i in range(4)]
             for agent_id, seqs, ids in rows:
                 assert seqs == list(range(len(seqs))), f"{agent_id}: gap or repeat in sequence"
                 expected = [
