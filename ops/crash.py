@@ -182,12 +182,13 @@ async def lag(bootstrap: str, group: str = GROUP) -> int:
     """Records of the pipeline's topics the group has not committed yet (-1 while the
     broker cannot tell: the group's coordinator is not there yet)."""
     try:
-        return await _lag(bootstrap, group)
+        return sum((await _lag(bootstrap, group)).values())
     except KafkaError:
         return -1
 
 
-async def _lag(bootstrap: str, group: str) -> int:
+async def _lag(bootstrap: str, group: str) -> dict[str, int]:
+    """Per ``topic:partition`` that lags: how many records it lags by."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
     await admin.start()
@@ -196,7 +197,12 @@ async def _lag(bootstrap: str, group: str) -> int:
         parts = [TopicPartition(t, p) for t in TOPICS for p in range(PARTITIONS)]
         ends = await consumer.end_offsets(parts)
         committed = await admin.list_consumer_group_offsets(group)
-        return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in parts)
+        behind = {
+            f"{tp.topic}:{tp.partition}": ends[tp]
+            - (committed[tp].offset if tp in committed else 0)
+            for tp in parts
+        }
+        return {where: n for where, n in behind.items() if n}
     finally:
         await consumer.stop()
         await admin.close()
@@ -300,7 +306,10 @@ def caught_up(bootstrap: str, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while (left := asyncio.run(lag(bootstrap))) != 0:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the workers still lag {left} records after {timeout:.0f}s")
+            where = asyncio.run(_lag(bootstrap, GROUP))
+            raise TimeoutError(
+                f"the workers still lag {left} records after {timeout:.0f}s: {where}"
+            )
         time.sleep(1.0)
 
 

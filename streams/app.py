@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import aiokafka
 import faust
 from faust.transport.drivers import aiokafka as faust_kafka
+
+log = logging.getLogger("engram.streams")
+
+HOLE_PATIENCE_S = 5.0
+"""How long the committed offset of a partition may wait for its own message (a hole)
+before the worker reads the partition again from there."""
 
 FETCH_MAX_WAIT_MS = 100
 """How long the worker's fetches wait for data (faust's own consumer waits 1 500 ms).
@@ -30,12 +39,106 @@ class _ConsumerThread(faust_kafka.AIOKafkaConsumerThread):
 
 
 class _Consumer(faust_kafka.Consumer):
+    """faust's consumer, made to commit only offsets whose messages every agent of
+    their topic processed.
+
+    faust can commit past a message an agent never saw, losing it on the next start:
+    (1) a stream *skips* the messages it takes during a rebalance (or from an older
+    generation) and acks them, and with two agents on one topic the other agent's
+    ack completes the message; (2) after a rebalance it seeks back to the committed
+    offset to read skipped messages again, but a partition with no committed offset
+    is not sought at all, so they never come again; (3) ``_new_offset`` commits a
+    run of acked offsets that starts one past the committed offset (its test
+    ``min(acked) - committed > 1`` lets a hole of one through). Here an ack made
+    while the flow is stopped or for an older generation does not count (the
+    message is read again: every engram agent takes a message twice idempotently), a
+    partition without a committed offset is read again from the start of its log,
+    and a run counts only when it starts at the committed offset."""
+
     def _new_consumer_thread(self) -> faust_kafka.AIOKafkaConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    def ack(self, message: Any) -> bool:
+        app = self.app
+        if (
+            not message.tracked
+            or message.generation_id != app.consumer_generation_id
+            or not app.flow_control.is_active()
+        ):
+            message.acked = True  # not processed by every agent: read again, not committed
+            self._read_again(message.tp, message.offset)
+            return False
+        return bool(super().ack(message))
+
+    _engram_rewind: dict[Any, int] | None = None
+    _engram_rewinding: asyncio.Future[None] | None = None
+
+    def _read_again(self, tp: Any, offset: int) -> None:
+        """Have ``tp`` read again from ``offset`` (soon, once for all the refused acks
+        of this loop iteration), if it is still assigned here and not committed past."""
+        committed = self._committed_offset.get(tp)
+        if committed is not None and offset < committed:
+            return
+        if self._engram_rewind is None:
+            self._engram_rewind = {}
+        self._engram_rewind[tp] = min(offset, self._engram_rewind.get(tp, offset))
+        if self._engram_rewinding is None or self._engram_rewinding.done():
+            self._engram_rewinding = asyncio.ensure_future(self._rewind())
+
+    _engram_holes: dict[Any, tuple[int, float]] | None = None
+
+    def _heal(self, tp: Any, committed: int) -> None:
+        """A hole at ``committed`` that outlasts :data:`HOLE_PATIENCE_S` (its message
+        was refused, and faust's own re-read did not bring it again) is read again."""
+        if self._engram_holes is None:
+            self._engram_holes = {}
+        now = time.monotonic()
+        seen = self._engram_holes.get(tp)
+        if seen is None or seen[0] != committed:
+            self._engram_holes[tp] = (committed, now)
+        elif now - seen[1] > HOLE_PATIENCE_S:
+            self._engram_holes[tp] = (committed, now)
+            self._read_again(tp, committed)
+
+    async def _rewind(self) -> None:
+        await asyncio.sleep(0)
+        rewind, self._engram_rewind = self._engram_rewind or {}, None
+        assigned = self.assignment()
+        for tp, offset in sorted(rewind.items()):
+            if tp in assigned:
+                log.info("%s[%d]: reading again from %d (acks refused)", *tp, offset)
+                await self.seek(tp, offset)
+
+    async def perform_seek(self) -> None:
+        await super().perform_seek()
+        unsought = [
+            tp
+            for tp in self.assignment()
+            if self.app.topics.acks_enabled_for(tp.topic) and self._committed_offset.get(tp) is None
+        ]
+        if unsought:
+            earliest = await self.earliest_offsets(*unsought)
+            for tp in unsought:
+                start = earliest.get(tp)
+                if start is None:
+                    continue
+                await self._seek(tp, start)
+                self._read_offset[tp] = None
+                self._committed_offset[tp] = start  # nothing processed before ``start``
+
+    def _new_offset(self, tp: Any) -> int | None:
+        acked = self._acked[tp]
+        committed = self._committed_offset[tp]
+        if acked and committed is not None and min(acked) > committed:
+            self._heal(tp, committed)
+            return None  # the committed offset itself is not acked yet: a hole
+        offset: int | None = super()._new_offset(tp)
+        return offset
+
 
 class Transport(faust_kafka.Transport):
-    """faust's aiokafka transport whose worker consumer waits ``fetch_max_wait_ms``."""
+    """faust's aiokafka transport whose worker consumer waits ``fetch_max_wait_ms`` and
+    commits only what its agents processed (see ``_Consumer``)."""
 
     Consumer = _Consumer
 

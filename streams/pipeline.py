@@ -18,6 +18,13 @@ Redelivery is harmless: each agent's stored state records the last offset it
 applied per source partition, so a batch delivered again after a crash is
 skipped event by event, exactly, whatever its size; what was written before the
 crash is rewritten with the same rows and the same derived ids (idempotent).
+
+Nothing is skipped either: the fold does not trust the consumer group's committed
+offset (faust can commit past messages it never delivered, see
+:class:`streams.app.Transport`). With the states it saves, per partition, the offset
+of the last message it processed (a *mark*); a message past the mark means a hole,
+and the partition is read again from the mark; a partition without a mark is read
+from the start of its log. A stopping worker finishes its last flush first.
 """
 
 from __future__ import annotations
@@ -25,13 +32,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
 import faust
+from faust.types import TP
 
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.erasure import ERASURE_AGENT
@@ -79,15 +87,29 @@ class DeadLetter:
     source: str
 
 
+MARK_PREFIX = b"\x00processed:"
+"""State-table keys of the per-partition marks: the offset of the last message of the
+partition that the fold has processed (applied, dead-lettered, or found applied
+before), saved with the agents' states. Agent ids cannot start with NUL."""
+
+
+def mark_key(partition: int) -> bytes:
+    return MARK_PREFIX + str(partition).encode()
+
+
 @dataclass
 class FoldResult:
     """What one batch of raw events produced; ``touched`` maps each agent whose
-    state changed to the partition its state is kept in."""
+    state changed to the partition its state is kept in. ``held`` are messages
+    not folded because an earlier offset of their partition is missing: ``gaps``
+    maps each such partition to the offset to read again from."""
 
     sequenced: list[SequencedEvent] = field(default_factory=list)
     derived: list[DerivedEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     touched: dict[str, int] = field(default_factory=dict)
+    held: list[Any] = field(default_factory=list)
+    gaps: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,12 +140,41 @@ class Folder:
         self.config = config
         self.live: dict[str, LiveAgent] = {}
         self.homes: dict[int, set[str]] | None = None
+        self.next: dict[int, int] = {}  # per partition: the offset to fold next
+        self.marks: dict[int, int] = {}  # per partition: processed, not yet saved
+
+    def forget(self) -> None:
+        """Drop what this worker holds between batches (partitions were revoked)."""
+        self.live.clear()
+        self.next.clear()
+        self.homes = None
+
+    def expected(self, partition: int) -> int | None:
+        """The offset the next message of ``partition`` must have: one after the last
+        processed (by this life, or saved by an earlier one); None if none ever was."""
+        found = self.next.get(partition)
+        if found is None:
+            saved = self.table.data.get(mark_key(partition))
+            if saved is not None:
+                found = self.next[partition] = int(saved) + 1
+        return found
+
+    def unmarked(self, partitions: Iterable[int]) -> list[int]:
+        """Those of ``partitions`` whose next offset is not known: none of their
+        messages was ever processed (or its mark was never saved)."""
+        return sorted(p for p in set(partitions) if self.expected(p) is None)
+
+    def start(self, partition: int, offset: int) -> None:
+        """Fold ``partition`` from ``offset`` (its log start, when it has no mark)."""
+        self.next[partition] = offset
 
     def agents_on(self, partition: int) -> list[str]:
         """Every agent whose events arrive on ``partition`` (live or in the table)."""
         if self.homes is None:
             self.homes = {}
             for key, value in self.table.data.items():
+                if key.startswith(MARK_PREFIX):
+                    continue
                 for home in StoredState.model_validate_json(value).positions:
                     self.homes.setdefault(home, set()).add(key.decode())
         for agent_id, live in self.live.items():
@@ -145,9 +196,27 @@ class Folder:
         return live
 
     def fold(self, batch: Sequence[faust.EventT[bytes]]) -> FoldResult:
+        """Fold the batch's messages, each partition strictly in offset order from its
+        mark: a message past a hole (an offset never delivered to the fold, whatever
+        the consumer group committed) is held, and its partition read again from the
+        hole; a message before the mark was processed already and is passed over."""
         result = FoldResult()
         for item in batch:
-            self._fold_one(item.message, result)
+            message = item.message
+            partition, offset = message.partition, message.offset
+            if partition in result.gaps:
+                result.held.append(message)
+                continue
+            expected = self.expected(partition)
+            if expected is not None and offset > expected:
+                result.gaps[partition] = expected
+                result.held.append(message)
+                continue
+            if expected is not None and offset < expected:
+                continue  # processed before: acked with the batch, nothing else
+            self._fold_one(message, result)
+            self.next[partition] = offset + 1
+            self.marks[partition] = offset
         return result
 
     def _fold_one(self, message: Any, result: FoldResult) -> None:
@@ -201,8 +270,8 @@ class Folder:
             result.derived.extend(step.derived)
 
     def state_records(self, touched: dict[str, int]) -> tuple[list[Record], list[Checkpoint]]:
-        """Changelog records of the touched agents' states (also set in the table),
-        and the same states as history checkpoints."""
+        """Changelog records of the touched agents' states and of the partitions'
+        marks (also set in the table), and the states as history checkpoints."""
         records, checkpoints = [], []
         for agent_id, partition in sorted(touched.items()):
             live = self.live[agent_id]
@@ -210,6 +279,11 @@ class Folder:
             self.table.data[key] = value
             records.append(Record(key, value, partition=partition))
             checkpoints.append(Checkpoint(agent_id, live.memory.seq, value))
+        for partition, offset in sorted(self.marks.items()):
+            key, value = mark_key(partition), str(offset).encode()
+            self.table.data[key] = value
+            records.append(Record(key, value, partition=partition))
+        self.marks.clear()
         return records, checkpoints
 
 
@@ -474,7 +548,7 @@ def register(
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
         for flusher in flushers:
             await flusher.drain()
-            flusher.folder.live.clear()
+            flusher.folder.forget()
 
     @app.agent(topics.events, name="engram.fold")
     async def fold(stream: faust.StreamT[bytes]) -> None:
@@ -506,11 +580,37 @@ def register(
                     )
                 await fold_batch(flusher, batch)
         finally:
-            if flusher.task is not None:
-                flusher.task.cancel()  # unacked messages are delivered again
+            await finish(flusher)
             await writer.stop()
 
     return fold
+
+
+async def start_unmarked(flusher: Flusher, messages: Sequence[Any]) -> None:
+    """A partition with no mark is folded from the start of its log: whatever offset
+    the consumer group committed for it, nothing of it was ever processed here."""
+    folder = flusher.folder
+    for partition in folder.unmarked(m.partition for m in messages):
+        tp = TP(messages[0].topic, partition)
+        earliest = await flusher.consumer.earliest_offsets(tp)
+        folder.start(partition, earliest[tp])
+
+
+STOP_GRACE_S = 20.0
+"""How long a stopping worker waits for its last flush before it gives it up."""
+
+
+async def finish(flusher: Flusher) -> None:
+    """Flush what was folded before the worker stops, so that the states and marks of
+    everything written are saved with it; after :data:`STOP_GRACE_S` the flush is
+    abandoned (its messages were not acked: they are delivered again)."""
+    try:
+        await asyncio.wait_for(flusher.drain(), STOP_GRACE_S)
+    except (TimeoutError, asyncio.CancelledError):
+        log.warning("stopping with a flush unfinished: its messages will be read again")
+    finally:
+        if flusher.task is not None:
+            flusher.task.cancel()
 
 
 async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> None:
@@ -519,7 +619,21 @@ async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> 
     messages = [item.message for item in batch]
     for message in messages:
         message.incref()
+    await start_unmarked(flusher, messages)
     started = time.perf_counter()
     result = flusher.folder.fold(batch)
     log.debug("folded %d messages in %.3fs", len(batch), time.perf_counter() - started)
+    if result.held:
+        # never acked, so never committed; the partition is read again from its hole
+        held = {id(message) for message in result.held}
+        messages = [message for message in messages if id(message) not in held]
+        topic = result.held[0].topic
+        for partition, offset in result.gaps.items():
+            log.warning(
+                "%s[%d]: offset %d was never folded; reading again from there",
+                topic,
+                partition,
+                offset,
+            )
+            await flusher.consumer.seek(TP(topic, partition), offset)
     await flusher.add(result, messages)
