@@ -51,10 +51,10 @@ T0 = datetime(2026, 9, 1, 8, 0, tzinfo=UTC)
 GROUP = "engram-worker"
 FIRST = "random:10.0"
 """The first life of a crashed run: long enough for faust to commit an offset on every
-partition. A worker killed before its group committed any offset on a partition that
-has records can, once restarted, skip or stall on that partition (faust's recovery
-fetches before it seeks to the committed offset, and there is none to seek to): a
-known issue this harness steps around; ``--plans embed.published:2`` shows it."""
+partition. (A worker killed before its group committed any offset on a partition
+used to skip or stall there once restarted: faust does not seek a partition without
+a committed offset; ``streams.app`` now reads such a partition from its log start.
+``--plans embed.published:2`` is that case.)"""
 TOPICS = ("engram.events", "engram.memory")
 PARTITIONS = 6
 # Short group timeouts: a member killed with SIGKILL leaves the group after 6 s.

@@ -20,7 +20,7 @@ from streams.faults import POINTS
 UNAVAILABLE = available()
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.crash,  # not in `make test`: they fail on an open bug (see ops/crash.py)
+    pytest.mark.crash,  # not in `make test`: minutes of kill -9 and restarts (make test-crash)
     pytest.mark.skipif(UNAVAILABLE is not None, reason=UNAVAILABLE or ""),
 ]
 EVENTS = history(520)

@@ -74,13 +74,16 @@ def raw_records(bootstrap: str) -> dict[str, list[tuple[bytes, bytes]]]:
     """Every (key, value) of the kept topics, read until a fetch brings nothing."""
 
     async def read() -> dict[str, list[tuple[bytes, bytes]]]:
+        probe = AIOKafkaConsumer(*KEPT, bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await probe.start()  # a subscription loads the topics' metadata (Apache Kafka too)
+        try:
+            tps = [TopicPartition(t, p) for t in KEPT for p in probe.partitions_for_topic(t) or ()]
+        finally:
+            await probe.stop()
+        assert {tp.topic for tp in tps} == set(KEPT), f"topics not found: {tps}"
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
         await consumer.start()
         try:
-            await consumer.topics()
-            tps = [
-                TopicPartition(t, p) for t in KEPT for p in consumer.partitions_for_topic(t) or ()
-            ]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             out: dict[str, list[tuple[bytes, bytes]]] = {t: [] for t in KEPT}
