@@ -56,6 +56,9 @@ used to skip or stall there once restarted: faust does not seek a partition with
 a committed offset; ``streams.app`` now reads such a partition from its log start.
 ``--plans embed.published:2`` is that case.)"""
 TOPICS = ("engram.events", "engram.memory")
+FOLLOWED = ("engram.ingest", *TOPICS)
+"""The topics whose lag says whether the worker caught up: the client has no master key,
+so it publishes to ``engram.ingest``, which the worker seals onto ``engram.events``."""
 PARTITIONS = 6
 # Short group timeouts: a member killed with SIGKILL leaves the group after 6 s.
 WORKER_ENV = {
@@ -194,7 +197,7 @@ async def _lag(bootstrap: str, group: str) -> dict[str, int]:
     await admin.start()
     await consumer.start()
     try:
-        parts = [TopicPartition(t, p) for t in TOPICS for p in range(PARTITIONS)]
+        parts = [TopicPartition(t, p) for t in FOLLOWED for p in range(PARTITIONS)]
         ends = await consumer.end_offsets(parts)
         committed = await admin.list_consumer_group_offsets(group)
         behind = {

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import faust
@@ -141,18 +141,28 @@ class Sweeper:
     retention. Best effort: a broker that refuses (the embedded one may) is asked no
     more, and the retention (see :data:`ops.topics.SHORT_LIVED`) stays the backstop."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, consumer: Any) -> None:
         self.bootstrap = bootstrap
+        self.consumer = consumer
         self.admin: AIOKafkaAdminClient | None = None
         self.refused = False
 
     async def sweep(self, messages: Sequence[Any]) -> None:
+        """Delete what lies before both ``messages``' ends and the group's committed
+        offset: the worker never reads again below its committed offset, so it never
+        seeks into what was deleted."""
         if self.refused or not messages:
             return
+        committed: Mapping[Any, int | None] = self.consumer._committed_offset
         ends: dict[TopicPartition, int] = {}
         for m in messages:
             tp = TopicPartition(m.topic, m.partition)
-            ends[tp] = max(ends.get(tp, 0), m.offset + 1)
+            done = committed.get(tp)
+            if done is not None:
+                ends[tp] = min(max(ends.get(tp, 0), m.offset + 1), done)
+        ends = {tp: end for tp, end in ends.items() if end > 0}
+        if not ends:
+            return
         try:
             if self.admin is None:
                 self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
@@ -194,7 +204,7 @@ def register_ingest(
     @app.agent(ingest, name="engram.ingest")
     async def seal(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap)
-        sweeper = Sweeper(bootstrap)
+        sweeper = Sweeper(bootstrap, app.consumer)
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
