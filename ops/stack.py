@@ -47,6 +47,7 @@ from sinks.clickhouse import ClickHouseHistory
 from sinks.embedding import Embedder, get_embedder
 from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
+from streams import faults
 from streams.app import create_app, create_topics
 from streams.ingest import WorkerKeys, register_ingest
 from streams.pipeline import register
@@ -91,6 +92,7 @@ def build_worker_app(
         partitions=settings.partitions,
         session_timeout_s=session_timeout,
         rebalance_timeout_s=rebalance_timeout,
+        datadir=settings.home / "faust",
     )
     topics = create_topics(
         app,
@@ -253,6 +255,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
         client = clickhouse_connect.get_client(dsn=settings.clickhouse_dsn)
         gate = QueryGate(client)
         history = ClickHouseHistory(client, gate.executor)
+        history.purged = faults.purged
         history.ensure_schema()
         say(f"history: {settings.clickhouse_dsn}")
         restored = asyncio.run(prepare_log(settings, bootstrap, history, say))

@@ -59,8 +59,13 @@ class OpenEpisode(Model):
 
 
 class EpisodesState(Model):
+    """Open episodes, and the last closed episode of each user of the agent (``""``:
+    episodes without a user), which the next one of that user links to. The chain
+    is per user: one user's episodes never name another's, so erasing a user leaves
+    the others' chains as if that user had never been."""
+
     open: list[OpenEpisode] = []
-    previous_episode_id: str | None = None
+    previous: dict[str, str] = {}
 
 
 Said = tuple[str, str, str, datetime, float, float, float, tuple[str, ...]]
@@ -120,7 +125,7 @@ NOTHING: tuple[list[EpisodeBody], list[NewMemory]] = ([], [])
 class Episodes:
     def __init__(self, state: EpisodesState, params: EpisodeParams, scoring: ScoringParams) -> None:
         self.open = {o.session_id: _Open(o) for o in state.open}
-        self.previous = state.previous_episode_id
+        self.previous = dict(state.previous)
         self.params = params
         self.scoring = scoring
         self.gap = timedelta(seconds=params.idle_gap_s)
@@ -275,14 +280,14 @@ class Episodes:
                 "turn_count": len(turns),
                 "started_at": turns[0][AT],
                 "ended_at": turns[-1][AT],
-                "previous_episode_id": self.previous,
+                "previous_episode_id": self.previous.get(episode.user_id or ""),
                 "cut": cut,
                 "sources": sources,
                 "summariser": SUMMARISER_NAME,
             },
             _BODY_GIVEN,
         )
-        self.previous = episode_id
+        self.previous[episode.user_id or ""] = episode_id
         closed.append(body)
         memories.append(
             NewMemory(
@@ -304,7 +309,7 @@ class Episodes:
     def state(self) -> EpisodesState:
         return EpisodesState(
             open=[self.open[k].state() for k in sorted(self.open)],
-            previous_episode_id=self.previous,
+            previous={k: self.previous[k] for k in sorted(self.previous)},
         )
 
 

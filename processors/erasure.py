@@ -77,11 +77,14 @@ def purge_sessions(
 
 
 def purge_episodes(episodes: Episodes, consolidation: Consolidation, owner: Owner) -> int:
-    """Drop the subject's open episodes and consolidation windows; return how many
-    episodes (open ones, and closed ones waiting in a window) left."""
+    """Drop the subject's open episodes, the end of its episode chain and its
+    consolidation windows; return how many episodes (open ones, and closed ones
+    waiting in a window) left."""
     open_gone = [sid for sid, episode in episodes.open.items() if owner.owns(episode.user_id)]
     for sid in open_gone:
         del episodes.open[sid]
+    for user in [u for u in episodes.previous if owner.owns(u or None)]:
+        del episodes.previous[user]
     windows = consolidation.windows
     window_gone = [key for key, window in windows.items() if owner.owns(window.user_id)]
     waiting = sum(len(windows[key].episodes) for key in window_gone)

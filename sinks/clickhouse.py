@@ -421,6 +421,9 @@ class ClickHouseHistory:
     def __init__(self, client: Client, executor: Executor | None = None) -> None:
         self.client = client
         self.executor = executor
+        self.purged: Callable[[str], None] | None = None
+        """Called with each table's name as an erasure's purge finishes it (a hook
+        for the crash tests; see :func:`sinks.clickhouse_erasure.purge`)."""
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
@@ -494,7 +497,7 @@ class ClickHouseHistory:
 
         What goes, and how shared documents are re-derived: :mod:`sinks.clickhouse_erasure`.
         Idempotent."""
-        counts = purge(self.client, erasures, self._change_tables(), CHANGE_COLUMNS)
+        counts = purge(self.client, erasures, self._change_tables(), CHANGE_COLUMNS, self.purged)
         receipts = [
             None if self._receipted(e) else _receipt(e, rows)
             for e, rows in zip(erasures, counts, strict=True)

@@ -27,7 +27,7 @@ Every step is idempotent: run again, it finds nothing more to do.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -45,20 +45,30 @@ def purge(
     erasures: Sequence[SubjectErased],
     change_tables: Sequence[str],
     columns: Sequence[str],
+    purged: Callable[[str], None] | None = None,
 ) -> list[dict[str, int]]:
     """Purge every erasure of ``erasures`` (agents of one flush, as a broadcast request
     makes them) with one DELETE per table for all; return, per erasure, the rows
-    deleted (or rewritten: ``"<table> rewritten"``) per table."""
+    deleted (or rewritten: ``"<table> rewritten"``) per table. ``purged`` is called
+    with each table's name once it is purged (the crash tests stop the worker there)."""
     plans = [Purge(client, e, i, columns) for i, e in enumerate(erasures)]
     counts: list[dict[str, int]] = [{} for _ in plans]
+    done = purged or _nothing
     _delete_all(client, "events", [(p, p.events()) for p in plans], counts)
+    done("events")
     for table in change_tables:
         _delete_all(client, table, [(p, p.changes(table)) for p in plans], counts)
         for plan, count in zip(plans, counts, strict=True):
             if plan.rewritten.get(table):
                 count[f"{table} rewritten"] = plan.rewritten[table]
+        done(table)
     _delete_all(client, "agent_states", [(p, p.checkpoints()) for p in plans], counts)
+    done("agent_states")
     return counts
+
+
+def _nothing(table: str) -> None:
+    """No hook."""
 
 
 def _delete_all(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiokafka
@@ -166,6 +168,7 @@ def create_app(
     session_timeout_s: float | None = None,
     rebalance_timeout_s: float | None = None,
     fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
+    datadir: Path | None = None,
 ) -> faust.App:
     """A faust app for one engram worker: in-memory table store (state is rebuilt
     from changelogs, or from the log itself), no faust web server (engram serves
@@ -173,7 +176,9 @@ def create_app(
 
     Group timeouts default to faust's; the embedded broker completes a new group's
     join only after about half the session timeout, so the embedded stack passes
-    short ones. ``fetch_max_wait_ms``: see :data:`FETCH_MAX_WAIT_MS`."""
+    short ones. ``fetch_max_wait_ms``: see :data:`FETCH_MAX_WAIT_MS`. ``datadir`` is
+    where faust keeps its files (the worker passes its home; by default a directory
+    under the system's temporary one, never the current directory)."""
     timeouts: dict[str, Any] = {}
     if session_timeout_s is not None:
         timeouts["broker_session_timeout"] = session_timeout_s
@@ -185,6 +190,7 @@ def create_app(
         broker=f"kafka://{bootstrap}",
         store="memory://",
         web_enabled=False,
+        datadir=str(datadir or Path(tempfile.gettempdir()) / "engram-faust" / app_id),
         topic_partitions=partitions,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,

@@ -16,7 +16,10 @@ Points (each names the moment just after something became durable):
 * ``vectors.run`` -- one run of vector-store operations is applied, the rest of the
   batch not yet (a crash mid-upsert of a batch);
 * ``embed.published`` -- a batch's ``memory.embedded`` records are on the log; the
-  batch is not acked.
+  batch is not acked;
+* ``erasure.purged`` -- an erasure's purge of the history finished one table (the
+  archive first, then the memory changes, then the checkpoints); the rest of the
+  purge, the receipt and the states are not written yet.
 
 Sink faults: ``ENGRAM_FAULT`` makes a store fail or slow down at the sink boundary
 (the write call sites: the fold's history write, the vector agent's store calls),
@@ -58,6 +61,7 @@ POINTS = (
     "flush.saved",
     "vectors.run",
     "embed.published",
+    "erasure.purged",
 )
 
 
@@ -74,6 +78,11 @@ def parse(value: str | None) -> tuple[str, int] | None:
 TARGET = parse(os.environ.get(VARIABLE))
 _passes = 0
 _lock = threading.Lock()
+
+
+def purged(table: str) -> None:
+    """The history's purge hook (``ClickHouseHistory.purged``): ``erasure.purged``."""
+    reached("erasure.purged")
 
 
 def reached(point: str) -> None:

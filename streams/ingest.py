@@ -10,8 +10,10 @@ first when the subject has none) and produces it to ``engram.events`` keyed by
 ``agent_id``; the batch is acked only once every sealed
 event is acknowledged, so nothing clear reaches a topic that keeps it and a crash
 republishes (the fold drops the repeated event ids). Records of one ingest partition
-are sealed and produced in their order, and an agent's events share a partition on
-both topics (the same key, the same murmur2 partitioner): per-agent order holds.
+are sealed and produced strictly in their offset order (:class:`streams.ordered.InOrder`:
+a record faust delivers past a hole waits for the hole to be read again), and an
+agent's events share a partition on both topics (the same key, the same murmur2
+partitioner): per-agent order holds, across crashes and rebalances too.
 
 :class:`WorkerKeys` is the worker's keyring, shared by this agent, the fold and the
 vector agents; :class:`KeyedWriter` writes the keys it made before the events sealed
@@ -33,6 +35,7 @@ from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
 from streams.logwriter import LogWriter, Record
+from streams.ordered import InOrder, in_order
 from streams.pipeline import DeadLetter, dead_letter_records
 from streams.retry import retry_in_place
 
@@ -201,6 +204,12 @@ def register_ingest(
 
     route = (events_topic, dead_letter_topic)
 
+    guard = InOrder(app)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
+    async def forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
+        guard.forget()
+
     @app.agent(ingest, name="engram.ingest")
     async def seal(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap)
@@ -209,9 +218,12 @@ def register_ingest(
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                messages = [item.message for item in batch]
-                await seal_and_publish(codec, keys, writer, messages, route)
-                await sweeper.sweep(messages)
+                await in_order(
+                    batch,
+                    guard,
+                    lambda ready: seal_and_publish(codec, keys, writer, ready, route),
+                )
+                await sweeper.sweep([item.message for item in batch])
         finally:
             await writer.stop()
             await sweeper.stop()

@@ -13,7 +13,10 @@ Two faust agents on the derived log:
   the index's model adds the dense vector, reinforcement, weakening, promotion
   and forgetting set payload fields to absolute values, and ``subject.erased``
   deletes the agent's points of the erased subject (in every version of the index).
-  Redelivering any suffix of the log therefore converges to the same points.
+  Redelivering any suffix of the log therefore converges to the same points, and
+  the agent applies each partition strictly in offset order from the group's
+  committed offset (:class:`streams.ordered.InOrder`), so a re-read that faust
+  delivers with a hole never leaves an older change last.
 
 Both agents retry a failing store in place (backoff, forever): nothing is acked
 before it is written, nothing escapes the batch loop.
@@ -49,6 +52,7 @@ from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex
 from streams import faults
 from streams.logwriter import LogWriter, Record
+from streams.ordered import InOrder, in_order
 from streams.retry import retry_in_place
 
 if TYPE_CHECKING:
@@ -259,8 +263,9 @@ def _kind(codec: Codec, raw: bytes) -> str | None:
     return writer.reader.event_type.TYPE if writer is not None else None
 
 
-def values(batch: Sequence[faust.EventT[bytes]]) -> list[bytes | None]:
-    return [item.message.value for item in batch]
+def values(batch: Sequence[Any]) -> list[bytes | None]:
+    """The raw values of a batch of stream events (or of messages)."""
+    return [getattr(item, "message", item).value for item in batch]
 
 
 def register_vectors(
@@ -285,7 +290,7 @@ def register_vectors(
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
 
-    async def covered(batch: Sequence[faust.EventT[bytes]]) -> list[bytes | None]:
+    async def covered(batch: Sequence[Any]) -> list[bytes | None]:
         raws = values(batch)
         if keys is not None and isinstance(codec, SealingCodec):
             await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
@@ -326,17 +331,24 @@ def register_vectors(
         finally:
             await writer.stop()
 
+    guard = InOrder(app)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
+    async def forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
+        guard.forget()
+
+    async def apply(messages: list[Any]) -> None:
+        raws = await covered(messages)
+        ops = operations(decode_all(codec, raws, VECTOR_TYPES), embedder.name)
+        if ops:
+            await retry_in_place(
+                lambda: off_loop(store_pool, lambda: apply_operations(index, ops)),
+                what="project vectors",
+            )
+
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:
         async for batch in cast(faust.Stream[bytes], stream).take_events(batch_size, within=within):
-            raws = await covered(batch)
-            ops = operations(decode_all(codec, raws, VECTOR_TYPES), embedder.name)
-            if ops:
-                await retry_in_place(
-                    lambda ops=ops: off_loop(  # type: ignore[misc]
-                        store_pool, lambda: apply_operations(index, ops)
-                    ),
-                    what="project vectors",
-                )
+            await in_order(batch, guard, apply)
 
     _ = (embed, project)

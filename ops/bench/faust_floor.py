@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import json
 import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import faust
 import uvloop
@@ -64,6 +66,7 @@ def faust_consume(bootstrap: str, n: int) -> float:
     app = faust.App(
         "bench-floor",
         broker=f"kafka://{bootstrap}",
+        datadir=str(Path(tempfile.gettempdir()) / "engram-faust" / "bench-floor"),
         store="memory://",
         web_enabled=False,
         consumer_auto_offset_reset="earliest",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import re
+import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,12 +26,14 @@ from rich.console import Console
 from engram.client import Memory
 from engram.events import make_event
 from engram.status import render, status_of
+from ops.broker import EmbeddedBroker
 from processors import AgentMemory, MemoryConfig
 from schemas import Codec, DerivedEvent, Event, SubjectErased, SubjectErasureRequested
 from sinks.clickhouse import CHANGE_COLUMNS, Checkpoint, ClickHouseHistory, SequencedEvent
 from sinks.clickhouse_erasure import Purge, purge
 from sinks.keys import KafkaKeyring, MasterKey
 from sinks.vectors import open_index
+from streams.vectors import apply_operations, operations
 from tests.support import Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -291,7 +294,11 @@ def test_no_vector_holds_them_once_stopped(erased: tuple[Stack, uuid.UUID, Path]
 # -- the history's purge alone, on chdb ---------------------------------------------
 
 
-def fold_into(history: ClickHouseHistory, events: list[Event], memory: AgentMemory) -> None:
+def fold_into(
+    history: ClickHouseHistory, events: list[Event], memory: AgentMemory
+) -> list[DerivedEvent]:
+    """Fold ``events`` and write them as one flush (a checkpoint after them); return
+    the derived events."""
     codec = Codec()
     sequenced: list[SequencedEvent] = []
     changes: list[DerivedEvent] = []
@@ -302,6 +309,7 @@ def fold_into(history: ClickHouseHistory, events: list[Event], memory: AgentMemo
             changes += step.derived
     state = memory.state().model_dump_json().encode()
     history.write_sync(sequenced, changes, [Checkpoint(memory.agent_id, memory.seq, state)])
+    return changes
 
 
 def test_the_history_purge_is_idempotent_and_reaches_every_version(tmp_path: Path) -> None:
@@ -498,3 +506,130 @@ def test_a_request_not_yet_folded_is_pending_on_every_partition(broker: str) -> 
     assert (pending.request_id, pending.subject) == (request.event_id, "zoe")
     assert sorted(pending.partitions) == [0, 1, 2]
     assert status.erasures.completed == []
+
+
+# -- the other users' projections equal a run where the erased user never existed ----
+
+
+Projection = tuple[dict[str, list[tuple[str, ...]]], list[Any]]
+
+
+def project(root: Path, events: list[Event], erase: str | None) -> Projection:
+    """Fold ``events`` per agent into a history on chdb and a vector index on Qdrant
+    Edge under ``root`` (the projections the worker writes, flush by flush), then,
+    given ``erase``, erase that user; return the other users' rows per table
+    (:func:`others_rows`) and every point."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{root / 'ch'}")
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    index = open_index(f"edge://{root / 'vectors'}", name="memories_test")
+    index.ensure(4)
+    try:
+        for agent in AGENTS:
+            memory = AgentMemory.empty(agent, MemoryConfig())
+            mine = [e for e in events if e.agent_id == agent]
+            derived = fold_into(history, mine, memory)
+            if erase is not None:
+                request = SubjectErasureRequested(
+                    event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"erase/{agent}/{erase}"),
+                    agent_id=agent,
+                    occurred_at=START + timedelta(hours=5),
+                    body={"subject": erase},
+                )
+                derived += fold_into(history, [request], memory)
+            apply_operations(index, operations(derived, "test"))
+        rows = {t: others_rows(client, t, GONE) for t in ("events", "memory_changes")}
+        return rows, sorted(index.points(), key=lambda p: p.id)
+    finally:
+        index.close()
+        client.close()
+
+
+def others_rows(client: Any, table: str, gone: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` but the erased user's and the erasure's own (its
+    request, its ``subject.erased``), without the per-agent sequence numbers (an
+    erased user's events took numbers the others' come after)."""
+    columns = [
+        c
+        for (c,) in client.query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase()"
+            " AND table = {t:String} ORDER BY position",
+            parameters={"t": table},
+        ).result_rows
+        if c not in ("seq", "idx")
+    ]
+    rows = client.query(
+        f"SELECT {', '.join(columns)} FROM {table} FINAL"
+        " WHERE ifNull(user_id, '') != {g:String}"
+        " AND type NOT IN ('subject.erasure_requested', 'subject.erased')",
+        parameters={"g": gone},
+    ).result_rows
+    return sorted(tuple(str(v) for v in row) for row in rows)
+
+
+def test_the_other_users_projections_equal_a_run_where_the_erased_user_never_existed(
+    tmp_path: Path,
+) -> None:
+    published = everything()
+    erased_rows, erased_points = project(tmp_path / "erased", published, erase=GONE)
+    never_rows, never_points = project(
+        tmp_path / "never", [e for e in published if e.user_id != GONE], erase=None
+    )
+    for table, kept in erased_rows.items():
+        assert kept, f"the other users' {table} rows stay"
+        assert kept == never_rows[table], table
+    assert erased_points == never_points
+    assert {p.payload["user_id"] for p in erased_points} == {"sam", "lea"}
+
+
+# -- a worker killed in the middle of an erasure ---------------------------------------
+
+FAST_GROUP = {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
+
+
+def test_a_worker_killed_mid_erasure_completes_it_when_started_again(tmp_path: Path) -> None:
+    """kill -9 (``ENGRAM_CRASH_AT=erasure.purged:1``) once the purge has emptied the
+    archive of the subject and before the memory changes, the checkpoints, the
+    receipt and the agent states: started again on the same broker and home, the
+    worker reads the request again and completes the erasure, one receipt per agent."""
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        env = {"ENGRAM_KAFKA_BOOTSTRAP": broker.bootstrap, **FAST_GROUP}
+        first = start_stack(tmp_path / "home", ENGRAM_CRASH_AT="erasure.purged:1", **env)
+        try:
+            published = everything()
+            with Memory(bootstrap=broker.bootstrap) as memory:
+                memory.publish_many(published)
+            for agent in AGENTS:
+                wait_until(
+                    recallable(first, agent, GONE, PLANTED[GONE][0]),
+                    90,
+                    f"{GONE}'s memories with {agent} to be recallable",
+                )
+            assert rows_holding(first, PLANTED[GONE][0])
+            with Memory(http=first.http) as memory:
+                request = memory.erase(GONE, reason="test")
+            wait_until(lambda: first.process.poll() is not None, 60, "the kill mid-purge")
+        finally:
+            code = first.stop(signal.SIGKILL)
+        assert code == -signal.SIGKILL, "the worker died at the crash point"
+        second = start_stack(tmp_path / "home", **env)
+        try:
+            wait_until(
+                lambda: (
+                    second.scalar(
+                        "SELECT count() FROM erasures WHERE request_id = {r:UUID}", r=request
+                    )
+                    >= len(AGENTS)
+                ),
+                90,
+                "the receipts of both agents",
+            )
+            assert second.scalar("SELECT count() FROM erasures") == len(AGENTS), "one each"
+            for needle in PLANTED[GONE]:
+                assert not rows_holding(second, needle), needle
+                for agent in AGENTS:
+                    assert not any(needle in t for t in recalled_texts(second, agent, needle))
+            for needle in PLANTED["sam"]:
+                assert rows_holding(second, needle), f"sam's {needle!r} should stay"
+        finally:
+            second.stop()

@@ -27,6 +27,12 @@ now purges its subject and emits ``subject.erased``, and the state records whose
 item is (``session_users``, ``persona_users``, a fact version's ``user_id``). Checked
 like the first update: with the erasure made a no-op and those three fields left
 out of serialisation, all six old digests matched the new output.
+
+And for the episode chain, now per user (an episode links to the previous episode of
+its own user, not of the agent), so that erasing a user leaves the others' chains as
+if the user had never been (issue 7). Checked the same way: with
+``previous_episode_id`` nulled in ``episode.closed`` and the chain left out of the
+states, the old and new code gave the same six digests.
 """
 
 from __future__ import annotations
@@ -67,22 +73,22 @@ CASES = {
 GOLDEN = {
     # (workload, events, agents, seed, restore_every, config): sha-256
     ("bench", 3000, 10, 0, 0, "exponential"): (
-        "7f37e8f9cc95e17328bb18c45da085aa636c58a84921df5378309b191c2f7c3c"
+        "6a9d11a7bb1d2d47f0b426d66bf3ffb0073bc2aa303234ce190354c435ef57b9"
     ),
     ("bench", 3000, 10, 0, 0, "fsrs"): (
-        "f59c1936db0f2ea746c14de09b28722089eacbe6d5443af4c26c697986315214"
+        "fc0a7812656f973ec32fef764cefd9870a1755964a464fee15480abcfb83e564"
     ),
     ("rich", 3000, 6, 0, 7, "exponential"): (
-        "3f73f91c2748b84971388fba9724d3e365fa12094c892a40559e7ed6535c6a77"
+        "3af1922417a06fd8517df4732563399361d83329418119b02a4b3a23c66e633e"
     ),
     ("rich", 3000, 6, 0, 7, "fsrs"): (
-        "2006e377f46f733848a1393110ce9e2ca6a52cb1bc1bd0fe6717ed9c5f8f68df"
+        "80b1284dcef66f2111c4858ccb1b377a8f2d06b98e3136359a67fd79208efbab"
     ),
     ("rich", 2500, 5, 1, 13, "tight"): (
-        "374283eb70e4cd40491b886ad03eb74f881081d08f7df9278a9f1fc666d7be1e"
+        "4b13bfbaddffd2335131f039f0a6bb8247e29e01ce6f162f7e25ca5667811f5b"
     ),
     ("rich", 2500, 5, 1, 13, "tight-fsrs"): (
-        "d6a837ebac29b7f1516de8faa6b20393c739485f1f8378643791871090bfae6b"
+        "995504173bd4aaed69de1a994e0ed4ba2078edbbdcd5d7f1197e6733fa1b9d2d"
     ),
 }
 

@@ -1,0 +1,125 @@
+"""Strict offset order for an agent that forwards or projects what it reads.
+
+faust may hand an agent a partition's messages with a hole: messages it skipped
+during a rebalance (acked but refused by :class:`streams.app._Consumer`, so read
+again later) or that a re-read dropped. An agent that writes each message
+somewhere that keeps order (``engram.ingest`` forwarding to ``engram.events``,
+``engram.vectors`` overwriting points) must not act on a message before the ones
+ahead of it, or the re-read puts an older one last. :class:`InOrder` admits each
+partition's messages strictly in offset order from the group's committed offset;
+a message past a hole is held (never acked, so never committed) and its partition
+read again from the hole, like the fold's guard (:class:`streams.pipeline.Folder`),
+whose marks are durable; here the committed offset is the mark, since acting
+twice on a message is harmless for these agents and skipping one is not.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+
+log = logging.getLogger("engram.streams")
+
+
+@dataclass
+class Admitted:
+    """One batch sorted by :meth:`InOrder.admit`: ``ready`` to act on (in order),
+    ``done`` acted on already (ack them), ``held`` past a hole (never ack them),
+    and per partition the offset to read again from (``gaps``)."""
+
+    ready: list[Any] = field(default_factory=list)
+    done: list[Any] = field(default_factory=list)
+    held: list[Any] = field(default_factory=list)
+    gaps: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class InOrder:
+    """Per partition, the next offset an agent may act on: one past the last it
+    admitted, or, after an assignment, the group's committed offset (everything
+    below it was acted on and acknowledged before it was committed)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.next: dict[TopicPartition, int] = {}
+
+    def forget(self) -> None:
+        """Partitions were revoked: start again from the committed offsets."""
+        self.next.clear()
+
+    @property
+    def consumer(self) -> Any:
+        """The app's consumer (made when the worker starts, after the agents)."""
+        return self.app.consumer
+
+    def expected(self, tp: TopicPartition) -> int | None:
+        found = self.next.get(tp)
+        if found is None:
+            committed = self.consumer._committed_offset.get(tp)
+            if committed is not None:
+                found = self.next[tp] = int(committed)
+        return found
+
+    def skip_to(self, tp: TopicPartition, offset: int) -> None:
+        """Records below ``offset`` are gone (deleted by retention): start there."""
+        if self.next.get(tp, offset) < offset:
+            gone = (self.next[tp], offset - 1)
+            log.warning("%s[%d]: offsets %d..%d are gone from the log", *tp, *gone)
+            self.next[tp] = offset
+
+    def admit(self, messages: Sequence[Any]) -> Admitted:
+        """Sort ``messages`` (in delivery order) into ready, done and held."""
+        out = Admitted()
+        for message in messages:
+            tp = TopicPartition(message.topic, message.partition)
+            if tp in out.gaps:
+                out.held.append(message)
+                continue
+            expected = self.expected(tp)
+            offset = message.offset
+            if expected is not None and offset > expected:
+                out.gaps[tp] = expected
+                out.held.append(message)
+            elif expected is not None and offset < expected:
+                out.done.append(message)
+            else:
+                out.ready.append(message)
+                self.next[tp] = offset + 1
+        return out
+
+
+async def read_holes_again(consumer: Any, guard: InOrder, gaps: dict[TopicPartition, int]) -> None:
+    """Seek each partition of ``gaps`` back to its hole (or to its log start, when
+    retention removed the hole: then the guard starts there)."""
+    if not gaps:
+        return
+    earliest = await consumer.earliest_offsets(*gaps)
+    for tp, offset in sorted(gaps.items()):
+        start = max(offset, earliest.get(tp) or 0)
+        guard.skip_to(tp, start)
+        log.warning("%s[%d]: offset %d never came; reading again from there", *tp, start)
+        await consumer.seek(tp, start)
+
+
+async def in_order(
+    batch: Sequence[Any],
+    guard: InOrder,
+    act: Callable[[list[Any]], Awaitable[None]],
+) -> None:
+    """Act on the batch's messages that come next in their partitions, in order
+    (``act`` returns once its work is durable and never raises but on cancellation);
+    ack those and the ones acted on before; hold the rest (never acked: their
+    partitions are read again from the hole). One extra reference each keeps faust
+    from acking a held message when the batch ends."""
+    messages = [item.message for item in batch]
+    for message in messages:
+        message.incref()
+    admitted = guard.admit(messages)
+    if admitted.ready:
+        await act(admitted.ready)
+    for message in admitted.ready + admitted.done:
+        message.ack(guard.consumer)
+    await read_holes_again(guard.consumer, guard, admitted.gaps)
