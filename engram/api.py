@@ -28,6 +28,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.erasure import BROADCAST_ONLY
 from engram.sqlgate import (
     QueryFailed,
     QueryGate,
@@ -144,6 +145,11 @@ def validate_event(codec: Codec, item: Any) -> Event:
 
 
 def _require_raw(type_name: str) -> None:
+    if type_name == BROADCAST_ONLY:
+        raise BadEvent(
+            f"{BROADCAST_ONLY!r} must reach every partition of the log, not one agent's: "
+            "use POST /v1/erasures (or engram erase, Memory.erase)"
+        )
     if type_name not in RAW_TYPE_NAMES:
         raw = ", ".join(sorted(RAW_TYPE_NAMES))
         raise BadEvent(

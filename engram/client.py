@@ -31,6 +31,7 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from engram.erasure import BROADCAST_ONLY
 from engram.errors import (
     BrokerUnavailable,
     NotRunning,
@@ -130,6 +131,10 @@ class Memory:
                 event = item if isinstance(item, Event) else self.codec.from_json_object(item)
                 if event.type not in RAW_TYPE_NAMES:
                     raise BadEvent(f"{event.type} is derived by engram; it cannot be published")
+                if event.type == BROADCAST_ONLY:
+                    raise BadEvent(
+                        f"{event.type} must reach every partition of the log: use Memory.erase"
+                    )
                 self.codec.encode(event)
             except BadEvent as bad:
                 raise BadEvent(f"event {index}: {bad.reason}") from None

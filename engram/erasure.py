@@ -23,6 +23,12 @@ from aiokafka import AIOKafkaProducer
 from processors.erasure import ERASURE_AGENT
 from schemas import Codec, ErasureBody, SubjectErasureRequested
 
+BROADCAST_ONLY = "subject.erasure_requested"
+"""The raw type the publish paths refuse (``POST /v1/events``, ``Memory.publish``): a
+request must reach every partition, so it goes through :func:`broadcast` (``POST
+/v1/erasures``, ``Memory.erase``, ``engram erase``). One that a Kafka producer sends
+to ``engram.ingest`` is broadcast by the ingest agent."""
+
 
 def erasure_request(subject: str, reason: str | None = None) -> SubjectErasureRequested:
     """A new request to erase ``subject`` (a fresh id: each request is a new fact);

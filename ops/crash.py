@@ -372,7 +372,9 @@ def run_pair(directory: Path, events: Sequence[Event], plan: str) -> Projection:
             raise RuntimeError(f"engram up exited with {code}; see {a_home / 'up.log'}")
         begun = time.monotonic()
         a, _ = start(a_home, worker_env(a_home, bootstrap, {"ENGRAM_CRASH_AT": plan}))
-        b, b_up = start(b_home, worker_env(b_home, bootstrap))
+        # one deployment, one master key: b unwraps the data keys a made
+        shared = {"ENGRAM_MASTER_KEY_FILE": str(a_home / "master.key")}
+        b, b_up = start(b_home, worker_env(b_home, bootstrap, shared))
         life = Life(plan)
         try:
             asyncio.run(create_and_publish(bootstrap, events[half:]))

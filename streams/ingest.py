@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import faust
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
+from processors.erasure import ERASURE_AGENT
 from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
@@ -119,6 +121,24 @@ def seal_batch(
     return records, dead
 
 
+BROADCAST_KEY = ERASURE_AGENT.encode()
+"""The key of a broadcast erasure request (agent :data:`ERASURE_AGENT`)."""
+
+
+def fan_out(records: Sequence[Record], partitions: int) -> list[Record]:
+    """``records`` with each broadcast erasure request copied to every partition (in
+    place of the one its key hashes to), as ``engram erase`` publishes it: a Kafka
+    producer sends the request once to ``engram.ingest``, and every agent on every
+    partition of ``engram.events`` must meet it."""
+    out: list[Record] = []
+    for record in records:
+        if record.key == BROADCAST_KEY and record.partition is None:
+            out += [replace(record, partition=p) for p in range(partitions)]
+        else:
+            out.append(record)
+    return out
+
+
 async def seal_and_publish(
     codec: SealingCodec,
     keys: WorkerKeys,
@@ -133,6 +153,11 @@ async def seal_and_publish(
     raws = [m.value for m in messages]
     await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
     records, dead = seal_batch(codec, messages)
+    if any(r.key == BROADCAST_KEY for r in records):
+        count = await retry_in_place(
+            lambda: writer.partitions(events_topic), what="read the partitions"
+        )
+        records = fan_out(records, count)
     letters = dead_letter_records(dead)
     await retry_in_place(lambda: writer.send(events_topic, records), what="publish sealed")
     await retry_in_place(lambda: writer.send(dead_letter_topic, letters), what="dead letters")

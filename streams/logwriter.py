@@ -61,6 +61,11 @@ class LogWriter:
         if producer is not None:
             await producer.stop()
 
+    async def partitions(self, topic: str) -> int:
+        """How many partitions ``topic`` has."""
+        producer = await self.start()
+        return len(await producer.partitions_for(topic))
+
     async def send(
         self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False
     ) -> None:

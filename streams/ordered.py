@@ -16,13 +16,79 @@ twice on a message is harmless for these agents and skipping one is not.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiokafka import TopicPartition
 
 log = logging.getLogger("engram.streams")
+
+REREAD_PATIENCE_S = 2.0
+"""How long a partition sought back to a hole may go without delivering it before it
+is sought there again (:class:`Holes`)."""
+
+
+class Holes:
+    """The holes a worker sought back to, sought again while they stay holes.
+
+    A seek can come to nothing: messages faust fetched before it are still being
+    delivered, and each moves faust's read offset past the hole, so the re-read that
+    follows is dropped as already read. Nothing may arrive for that partition again
+    (an idle topic), and the agent waiting for the hole would wait for ever. Every
+    second (a timer, :func:`holes_of`) a hole older than :data:`REREAD_PATIENCE_S`
+    whose agent still expects it is sought again; one that was filled, or whose
+    partition left this worker, is dropped."""
+
+    def __init__(self, patience_s: float = REREAD_PATIENCE_S) -> None:
+        self.patience_s = patience_s
+        self.open: dict[Any, tuple[int, float, Callable[[], int | None]]] = {}
+
+    def sought(self, tp: Any, offset: int, expected: Callable[[], int | None]) -> None:
+        """``tp`` was sought back to ``offset``; ``expected`` tells the offset its
+        agent waits for now (the hole is filled once that moves on)."""
+        self.open[tp] = (offset, time.monotonic(), expected)
+
+    def forget(self) -> None:
+        self.open.clear()
+
+    def due(self, assigned: set[Any], now: float) -> list[tuple[Any, int]]:
+        """The holes to seek again now (their times reset); filled and unassigned ones
+        leave."""
+        out = []
+        for tp, (offset, at, expected) in list(self.open.items()):
+            if tp not in assigned or expected() != offset:
+                del self.open[tp]
+            elif now - at >= self.patience_s:
+                self.open[tp] = (offset, now, expected)
+                out.append((tp, offset))
+        return out
+
+    async def retry(self, consumer: Any) -> None:
+        for tp, offset in self.due(set(consumer.assignment()), time.monotonic()):
+            log.warning("%s[%d]: offset %d still missing; reading again from there", *tp, offset)
+            await consumer.seek(tp, offset)
+
+
+def holes_of(app: Any) -> Holes:
+    """The app's :class:`Holes`, made (with its one-second timer, and forgotten when
+    partitions are revoked) on first use; call it before the worker starts."""
+    found: Holes | None = getattr(app, "_engram_holes", None)
+    if found is None:
+        holes = found = Holes()
+        app._engram_holes = holes
+
+        @app.timer(1.0)  # type: ignore[untyped-decorator]  # app is Any here
+        async def seek_holes_again() -> None:
+            await holes.retry(app.consumer)
+
+        @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
+        async def forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
+            holes.forget()
+
+    return found
 
 
 @dataclass
@@ -44,6 +110,7 @@ class InOrder:
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self.holes = holes_of(app)
         self.next: dict[TopicPartition, int] = {}
 
     def forget(self) -> None:
@@ -102,6 +169,7 @@ async def read_holes_again(consumer: Any, guard: InOrder, gaps: dict[TopicPartit
         guard.skip_to(tp, start)
         log.warning("%s[%d]: offset %d never came; reading again from there", *tp, start)
         await consumer.seek(tp, start)
+        guard.holes.sought(tp, start, partial(guard.expected, tp))
 
 
 async def in_order(

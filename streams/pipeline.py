@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
@@ -58,6 +59,7 @@ from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
 from streams import faults
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
+from streams.ordered import Holes, holes_of
 from streams.retry import retry_in_place
 from streams.summariser import Summariser
 
@@ -538,6 +540,7 @@ def register(
         ),
     )
     flushers: list[Flusher] = []
+    holes = holes_of(app)
     raw_only: Codec = (  # derived types on engram.events: dead letters
         SealingCodec(codec.keyring, max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
         if isinstance(codec, SealingCodec)
@@ -578,7 +581,7 @@ def register(
                         lambda: shred_requested(keys, raw_only, raws),  # noqa: B023
                         what="destroy erased subjects' keys",
                     )
-                await fold_batch(flusher, batch)
+                await fold_batch(flusher, batch, holes)
         finally:
             await finish(flusher)
             await writer.stop()
@@ -613,9 +616,13 @@ async def finish(flusher: Flusher) -> None:
             flusher.task.cancel()
 
 
-async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> None:
+async def fold_batch(
+    flusher: Flusher, batch: Sequence[faust.EventT[bytes]], holes: Holes | None = None
+) -> None:
     """Fold a batch and hand it to the flusher; its messages are acked by the flush
-    (one extra reference each keeps faust from acking them when the batch ends)."""
+    (one extra reference each keeps faust from acking them when the batch ends). A
+    partition with a hole is read again from it (and again, by ``holes``, while the
+    hole stays)."""
     messages = [item.message for item in batch]
     for message in messages:
         message.incref()
@@ -636,4 +643,8 @@ async def fold_batch(flusher: Flusher, batch: Sequence[faust.EventT[bytes]]) -> 
                 offset,
             )
             await flusher.consumer.seek(TP(topic, partition), offset)
+            if holes is not None:
+                holes.sought(
+                    TP(topic, partition), offset, partial(flusher.folder.expected, partition)
+                )
     await flusher.add(result, messages)

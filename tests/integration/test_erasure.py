@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import re
 import signal
 import subprocess
@@ -21,9 +22,11 @@ from typing import Any
 import clickhouse_connect
 import httpx
 import pytest
+from aiokafka import AIOKafkaProducer
 from rich.console import Console
 
 from engram.client import Memory
+from engram.erasure import erasure_request
 from engram.events import make_event
 from engram.status import render, status_of
 from ops.broker import EmbeddedBroker
@@ -275,6 +278,41 @@ def test_erasing_again_with_the_cli_is_a_no_op_with_a_zero_receipt(
         }
     after = stack.rows("SELECT count() FROM events")
     assert after[0][0] == before[0][0] + len(AGENTS)  # the two per-agent requests
+
+
+def test_a_request_a_kafka_producer_sends_once_to_the_ingest_topic_reaches_every_agent(
+    erased: tuple[Stack, uuid.UUID, Path],
+) -> None:
+    """A JSON producer without keys sends the broadcast request (agent ``__all__``)
+    once, to ``engram.ingest``: the ingest agent copies it to every partition, so every
+    agent purges and writes its receipt. ``POST /v1/events`` refuses it (one agent's
+    partition is not enough) and names the way that works."""
+    stack, _, _ = erased
+    request = erasure_request(GONE, reason="from a Kafka producer")
+    refused = httpx.post(
+        f"{stack.http}/v1/events", json=json.loads(Codec().encode_json(request)), timeout=10
+    )
+    assert refused.status_code == 422 and "/v1/erasures" in refused.json()["reason"]
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait("engram.ingest", Codec().encode_json(request))
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    wait_until(
+        lambda: (
+            stack.scalar(
+                "SELECT count() FROM erasures WHERE request_id = {r:UUID}", r=request.event_id
+            )
+            >= len(AGENTS)
+        ),
+        90,
+        "a receipt from every agent",
+    )
 
 
 def test_no_vector_holds_them_once_stopped(erased: tuple[Stack, uuid.UUID, Path]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from streams.ordered import InOrder, in_order
+from streams.ordered import Holes, InOrder, in_order
 
 TOPIC = "engram.ingest"
 
@@ -58,6 +58,7 @@ class Consumer:
 @dataclass
 class App:
     consumer: Consumer
+    _engram_holes: Holes = field(default_factory=Holes)  # holes_of finds it, no timer
 
 
 def tp(partition: int) -> TopicPartition:
@@ -136,3 +137,23 @@ def test_a_hole_removed_by_retention_starts_the_partition_at_its_log_start() -> 
     asyncio.run(in_order([Item(Message(0, 10))], g, nothing))
     assert g.consumer.seeks == [(0, 10)]
     assert offsets(g.admit([Message(0, 10)]).ready) == [(0, 10)]
+
+
+def test_a_hole_sought_is_sought_again_while_it_stays_a_hole() -> None:
+    g = guard(p0=2)
+    asyncio.run(in_order([Item(Message(0, 4))], g, lambda messages: asyncio.sleep(0)))
+    holes = g.holes
+    assert list(holes.open) == [tp(0)]
+    start = holes.open[tp(0)][1]
+    assigned = {tp(0)}
+    assert holes.due(assigned, start + 0.5) == [], "patience first"
+    assert holes.due(assigned, start + 2.5) == [(tp(0), 2)]
+    assert holes.due(assigned, start + 3.0) == [], "then patience again"
+    g.admit([Message(0, 2)])  # the hole came
+    assert holes.due(assigned, start + 10) == [] and not holes.open
+
+
+def test_a_hole_of_a_partition_gone_elsewhere_is_dropped() -> None:
+    g = guard(p0=2)
+    asyncio.run(in_order([Item(Message(0, 4))], g, lambda messages: asyncio.sleep(0)))
+    assert g.holes.due(set(), 1e12) == [] and not g.holes.open
