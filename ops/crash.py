@@ -44,7 +44,7 @@ from ops.net import free_port
 from ops.topics import ensure_topics, pipeline_topics
 from processors import AgentMemory, MemoryConfig
 from schemas import Event, MemoryCreated
-from streams.faults import POINTS
+from streams.faults import POINTS as ALL_POINTS
 
 NAMESPACE = UUID("0c5a7f2e-3b1d-4e8f-9a6c-2d4b6e8f0a1c")
 T0 = datetime(2026, 9, 1, 8, 0, tzinfo=UTC)
@@ -76,6 +76,11 @@ TURNS = (
     ("user", "I am allergic to peanuts, 我对花生过敏，请一定记住！", 9.5),
     ("assistant", "记住了：no peanuts. I will tell the restaurant.", None),
 )
+
+
+POINTS = tuple(p for p in ALL_POINTS if not p.startswith("erasure."))
+"""The fault points of the pipeline's own flushes (the erasure's is exercised by
+the erasure tests: this history erases nothing)."""
 
 
 def history(events: int, agents: int = 4) -> list[Event]:
@@ -243,7 +248,14 @@ def read_history(up: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]
         # payload is sealed (a fresh nonce and key per run): the clear body is compared
         rows(up, "SELECT * EXCEPT (payload) FROM events FINAL ORDER BY agent_id, seq"),
         rows(up, "SELECT * FROM memory_changes FINAL ORDER BY agent_id, seq, idx"),
-        rows(up, "SELECT * FROM agent_states FINAL ORDER BY agent_id"),
+        # the state without its log positions: a crash mid-forward on the ingest hop
+        # publishes some events to engram.events twice (the fold drops the copies), so
+        # the offsets an agent's state was last folded at may differ; the memory may not
+        rows(
+            up,
+            "SELECT agent_id, seq, JSONExtractRaw(state, 'memory') FROM agent_states FINAL"
+            " ORDER BY agent_id",
+        ),
     )
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ops.crash import FIRST, Projection, compare, history, run, run_pair
+from ops.crash import FIRST, POINTS, Projection, compare, history, run, run_pair
 from ops.kafka import available
-from streams.faults import POINTS
 
 UNAVAILABLE = available()
 pytestmark = [
