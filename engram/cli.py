@@ -449,6 +449,101 @@ def erase_cmd(
     console.print(f"erasure of {subject!r} requested: {request_id} (follow it with engram status)")
 
 
+_WAIT = typer.Option(min=1, help="Seconds to wait for the worker to apply it.")
+
+
+@app.command("rollback")
+def rollback_cmd(
+    agent: Annotated[str, typer.Argument(help="The agent to roll back.")],
+    to: Annotated[str, typer.Option("--to", help="ISO-8601 moment with offset.")],
+    reason: Annotated[str | None, typer.Option(help="Why (kept in the log).")] = None,
+    timeout: Annotated[float, _WAIT] = 120.0,
+) -> None:
+    """Roll an agent's memory back to a past moment. A memory.rolled_back event is
+    appended; the agent's memory then continues from its state at that moment. History
+    is never edited: everything stays in it, the rollback too.
+
+    Example: engram rollback travel-bot --to 2026-01-31T12:00Z --reason "bad import"
+    """
+    from engram.client import Memory
+
+    moment = parse_moment(to)
+    settings = load_settings()
+    try:
+        with Memory.connect(settings, prefer_http=True) as memory:
+            event = memory.rollback(agent, to=moment, reason=reason)
+    except EngramError as error:
+        raise fail(str(error), 2) from None
+    change = wait_applied(settings, event.event_id, timeout)
+    console.print(
+        f"rolled {agent} back to {moment.isoformat()} (seq {change['to_seq']}): " + _counted(change)
+    )
+
+
+@app.command("fork")
+def fork_cmd(
+    source: Annotated[str, typer.Argument(help="The agent to copy.")],
+    into: Annotated[str, typer.Option("--as", help="The new agent's id.")],
+    at: Annotated[
+        str | None, typer.Option("--at", help="ISO-8601 moment with offset; now if omitted.")
+    ] = None,
+    timeout: Annotated[float, _WAIT] = 120.0,
+) -> None:
+    """Create a new agent whose memory begins as another's was at a moment. A
+    memory.forked event on the new agent names the source and the position; the
+    source is untouched.
+
+    Example: engram fork travel-bot --as travel-bot-b --at 2026-01-31T12:00Z
+    """
+    from engram.client import Memory
+
+    moment = parse_moment(at) if at else None
+    settings = load_settings()
+    try:
+        with Memory.connect(settings, prefer_http=True) as memory:
+            event = memory.fork(source, into=into, at=moment)
+    except EngramError as error:
+        raise fail(str(error), 2) from None
+    change = wait_applied(settings, event.event_id, timeout)
+    console.print(f"forked {source} at seq {change['source_seq']} as {into}: " + _counted(change))
+
+
+def wait_applied(settings: Settings, request_id: Any, timeout: float) -> dict[str, Any]:
+    """Wait (with a spinner) until the worker applied the request; exit 1 on timeout."""
+    import time
+
+    from engram.rebase import applied
+
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for the worker to apply it…"):
+        while time.monotonic() < deadline:
+            try:
+                change = applied(settings, request_id)
+            except EngramError:
+                change = None  # the history may lag behind a restart: ask again
+            if change is not None:
+                return change
+            time.sleep(0.5)
+    raise fail(
+        f"published {request_id}, but the worker has not applied it after {timeout:.0f}s;"
+        " see engram status (a refused request is a dead letter, with its reason)"
+    )
+
+
+def _counted(change: dict[str, Any]) -> str:
+    parts = [
+        f"{change.get(key, 0)} {label}"
+        for key, label in (
+            ("forgotten", "memories left"),
+            ("restored", "memories restored"),
+            ("facts", "facts set"),
+            ("persona", "persona versions"),
+            ("sessions", "working sessions replaced"),
+        )
+    ]
+    return ", ".join(parts)
+
+
 class ExportFormat(StrEnum):
     jsonl = "jsonl"
     avro = "avro"

@@ -279,6 +279,36 @@ class Memory:
             raise PublishError(f"Kafka did not acknowledge the erasure: {error!r}") from None
         return request.event_id
 
+    async def arollback(self, agent_id: str, *, to: datetime, reason: str | None = None) -> Event:
+        """Roll ``agent_id``'s memory back to what it was at ``to`` (aware): publishes a
+        ``memory.rolled_back`` naming ``to`` and the agent's last sequence at or before
+        it, after which the agent's memory continues from that state; history keeps
+        everything, the rollback included. Returns the published event (its id is the
+        request's, see :func:`engram.rebase.applied`). Raises
+        :class:`engram.rebase.Refused` for an unknown agent, or ``to`` in the future or
+        before the agent's first event; nothing is published then."""
+        from engram.rebase import position_at, rollback_event
+
+        to_seq = await position_at(self, agent_id, to)
+        return await self.apublish(rollback_event(agent_id, to, to_seq, reason))
+
+    async def afork(self, source: str, *, into: str, at: datetime | None = None) -> Event:
+        """Create agent ``into`` whose memory begins as ``source``'s was at ``at`` (aware;
+        default now): publishes a ``memory.forked`` on ``into``. Raises
+        :class:`engram.rebase.Refused` when ``into`` has events already, ``source`` is
+        unknown, or ``at`` is in the future or before ``source``'s first event."""
+        from datetime import UTC
+
+        from engram.rebase import Refused, exists, fork_event, position_at
+
+        if into == source:
+            raise Refused("a fork needs a new agent id (--as), not the source's")
+        if await exists(self, into):
+            raise Refused(f"agent {into!r} exists already: a fork creates a new agent")
+        moment = at or datetime.now(UTC)
+        source_seq = await position_at(self, source, moment)
+        return await self.apublish(fork_event(source, into, moment, source_seq))
+
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         if self.http is None:
             raise NotRunning(
@@ -446,6 +476,14 @@ class Memory:
     def erase(self, subject: str, *, reason: str | None = None) -> UUID:
         """Sync :meth:`aerase`."""
         return self._run(self.aerase(subject, reason=reason))
+
+    def rollback(self, agent_id: str, *, to: datetime, reason: str | None = None) -> Event:
+        """Sync :meth:`arollback`."""
+        return self._run(self.arollback(agent_id, to=to, reason=reason))
+
+    def fork(self, source: str, *, into: str, at: datetime | None = None) -> Event:
+        """Sync :meth:`afork`."""
+        return self._run(self.afork(source, into=into, at=at))
 
     def close(self) -> None:
         if self._loop is not None:

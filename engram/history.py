@@ -405,12 +405,17 @@ def rebuild_trace(
     )
 
 
+_OPENING = ("session.started", "working.set", "memory.rolled_back", "memory.forked")
+"""Source types whose cleared delta without a turn leaves the session open (empty)."""
+
+
 def sessions_from_deltas(rows: Iterable[Sequence[Any]], limit: int) -> list[SessionState]:
     """Working memory rebuilt from ``working.updated`` deltas in log order, by the rule
     of :class:`schemas.derived.WorkingBody`. A row is ``(seq, idx, session_id,
     occurred_at, body, source_type)``; ``source_type`` matters only for a cleared
     delta without a new turn: a ``session.started`` or ``working.set`` opened the
-    session afresh, anything else left it closed. ``limit`` is the turn cap
+    session afresh, and so did a rollback or a fork (they replace a session whole,
+    :mod:`processors.rebase`); anything else left it closed. ``limit`` is the turn cap
     (``MemoryConfig.working_turns``), which tells dropped entries from compressed ones."""
     sessions: dict[str, _Session] = {}
     for _seq, _idx, sid, occurred_at, raw, source_type in rows:
@@ -422,7 +427,7 @@ def sessions_from_deltas(rows: Iterable[Sequence[Any]], limit: int) -> list[Sess
             continue
         if body.cleared:
             sessions.pop(sid, None)
-            if not body.added and source_type not in ("session.started", "working.set"):
+            if not body.added and source_type not in _OPENING:
                 continue
         session = sessions.get(sid)
         if session is None:

@@ -29,10 +29,18 @@ from datetime import datetime
 from typing import Any
 
 from engram.results import DEFAULT_EPISODES, Position, Snapshot, SnapshotMemory
-from processors import AgentMemory, AgentState, MemoryConfig
+from processors import AgentMemory, AgentState, MemoryConfig, Step
 from processors.forgetting import ForgettingParams, retention
 from processors.working import SessionState
-from schemas import BadEvent, Codec, EpisodeBody, EpisodeClosed
+from schemas import (
+    BadEvent,
+    Codec,
+    EpisodeBody,
+    EpisodeClosed,
+    Event,
+    MemoryForked,
+    MemoryRolledBack,
+)
 from sinks.clickhouse import ClickHouseHistory
 from sinks.keys import OpenEvent
 
@@ -140,7 +148,7 @@ def _fold(
         if event is None:  # bad, or sealed under a destroyed key (an erased subject)
             skipped += 1
             continue
-        step = memory.apply(event)
+        step = _step(memory, event, history, read)
         if step.seq is None:
             continue  # a duplicate: the worker dropped it too
         folded += 1
@@ -156,6 +164,22 @@ def _fold(
         last_seq = memory.seq
     position = Position(seq=last_seq, last_event_at=last_at, events_folded=folded, skipped=skipped)
     return memory, position, closed
+
+
+def _step(memory: AgentMemory, event: Event, history: ClickHouseHistory, read: OpenEvent) -> Step:
+    """Fold one archived event; a rollback or a fork with its past, read from the
+    archive as the worker read it (:mod:`streams.past`)."""
+    from streams.past import read_past_sync  # only replays that meet one need it
+
+    if isinstance(event, MemoryRolledBack):
+        past = read_past_sync(history, read, memory.agent_id, event.body.to_seq)
+        return memory.roll_back(event, past, checked=True)
+    if isinstance(event, MemoryForked):
+        body = event.body
+        return memory.fork(
+            event, read_past_sync(history, read, body.source_agent_id, body.source_seq)
+        )
+    return memory.apply(event)
 
 
 def _last_event_at(history: ClickHouseHistory, agent_id: str, seq: int) -> datetime | None:

@@ -33,9 +33,12 @@ from processors.facts import Facts, FactsState
 from processors.ids import uuid5_of
 from processors.memories import Change, Memories, MemoryItem
 from processors.persona import Persona, PersonaState, Skills, SkillsState
+from processors.rebase import Past, RebaseRefused, Replayed, fold_past, rebase_changes, rename
 from processors.working import SessionState, WorkingMemory
 from schemas import (
     DERIVED_TYPES,
+    AgentForked,
+    AgentRolledBack,
     ClockTicked,
     DerivedEvent,
     EpisodeClosed,
@@ -45,12 +48,16 @@ from schemas import (
     FactRetracted,
     FactSet,
     FeedbackGiven,
+    ForkedChangeBody,
     InteractionRecorded,
+    MemoryForked,
     MemoryRecalled,
+    MemoryRolledBack,
     Model,
     PersonaUpdated,
     PersonaVersionBody,
     PersonaVersioned,
+    RolledBackChangeBody,
     SessionEnded,
     SessionStarted,
     SkillBody,
@@ -127,6 +134,8 @@ class Step:
 
 DUPLICATE = Step(None, ())
 
+_REBASES: frozenset[type[Event]] = frozenset({MemoryRolledBack, MemoryForked})
+
 _SKILL_GIVEN = fields(SkillBody.model_fields)
 """A skill's record is a ``SkillBody`` field for field (``SkillBody(**record.model_dump())``)."""
 
@@ -168,20 +177,106 @@ class AgentMemory:
         return cls(AgentState(agent_id=agent_id), config)
 
     def apply(self, event: Event) -> Step:
-        """Fold one event of this agent; duplicates of a recent ``event_id`` do nothing."""
+        """Fold one event of this agent; duplicates of a recent ``event_id`` do nothing.
+        A rollback or a fork needs its past: :meth:`roll_back`, :meth:`fork`."""
+        if type(event) in _REBASES:
+            raise RebaseRefused(f"{event.type} needs the past it rebases on")
         fields = event.__dict__  # see processors.build: reading fields
         source = fields["event_id"]
-        key = source.int
+        if not self._count(source.int):
+            return DUPLICATE
+        return Step(self.seq, self._derive(event, fields, source))
+
+    def seen(self, event: Event) -> bool:
+        """Whether ``event`` is a duplicate of a recent one (folding it does nothing)."""
+        return event.event_id.int in self.recent_set
+
+    def _count(self, key: int) -> bool:
+        """Take the next sequence for the event with id ``key``; False: a duplicate."""
         recent_set = self.recent_set
         if key in recent_set:
-            return DUPLICATE
+            return False
         recent = self.recent
         if len(recent) == recent.maxlen:
             recent_set.discard(recent[0])
         recent.append(key)
         recent_set.add(key)
         self.seq += 1
-        return Step(self.seq, self._derive(event, fields, source))
+        return True
+
+    def roll_back(self, event: MemoryRolledBack, past: Past, *, checked: bool = False) -> Step:
+        """Fold a rollback: the memory becomes the fold of ``past`` (this agent's events
+        up to ``event.body.to_seq``: the caller reads them from the archive, which holds
+        them since they were folded before the rollback), while the sequence and the
+        dedupe window go on (the rollback takes the next sequence). Emits
+        ``agent.rolled_back`` (counts), then the changes that bring the projections in
+        line (:func:`processors.rebase.rebase_changes`). Raises RebaseRefused for a
+        ``to_seq`` beyond this agent's sequence or a past of another agent (unless
+        ``checked``: a replay of a rollback the worker accepted)."""
+        body = event.body
+        if self.seen(event):
+            return DUPLICATE
+        if past.agent_id != self.agent_id or (body.to_seq > self.seq and not checked):
+            raise RebaseRefused(
+                f"cannot roll {self.agent_id!r} back to seq {body.to_seq}: "
+                f"its last seq is {self.seq}"
+            )
+        restored = fold_past(past.upto(body.to_seq), self.config)
+        changes, counts = rebase_changes(self, restored, event.occurred_at)
+        self._count(event.event_id.int)
+        record = RolledBackChangeBody(
+            request_id=event.event_id, to=body.to, to_seq=body.to_seq, **counts.model_dump()
+        )
+        self._adopt(restored)
+        return self._step(event, [(AgentRolledBack, record, None, None), *changes])
+
+    def fork(self, event: MemoryForked, past: Past) -> Step:
+        """Fold a fork on this (new) agent: its memory becomes the fold of ``past`` (the
+        source's events up to ``source_seq``) with its ids renamed for this agent
+        (:func:`processors.rebase.rename`). Emits ``agent.forked`` (counts), then a
+        ``memory.created`` for each memory, facts, persona, skills and working sessions.
+        Raises RebaseRefused when this agent has events already, or when the past is
+        not the source's or does not reach ``source_seq``."""
+        body = event.body
+        if self.seen(event):
+            return DUPLICATE
+        if self.seq >= 0:
+            raise RebaseRefused(f"cannot fork onto {self.agent_id!r}: it has events already")
+        if past.agent_id != body.source_agent_id or past.last_seq < body.source_seq:
+            raise RebaseRefused(
+                f"the archive of {body.source_agent_id!r} does not reach seq {body.source_seq}"
+            )
+        copied = rename(
+            fold_past(past.upto(body.source_seq), self.config), self.agent_id, self.config
+        )
+        changes, counts = rebase_changes(self, copied, event.occurred_at)
+        self._count(event.event_id.int)
+        record = ForkedChangeBody(
+            request_id=event.event_id,
+            source_agent_id=body.source_agent_id,
+            at=body.at,
+            source_seq=body.source_seq,
+            **counts.model_dump(),
+        )
+        self._adopt(copied)
+        return self._step(event, [(AgentForked, record, None, None), *changes])
+
+    def _adopt(self, other: Replayed) -> None:
+        """Take ``other``'s memory content; sequence and dedupe window stay this one's."""
+        memory = other.memory
+        self.working = memory.working
+        self.episodes = memory.episodes
+        self.memories = memory.memories
+        self.consolidation = memory.consolidation
+        self.facts = memory.facts
+        self.persona = memory.persona
+        self.skills = memory.skills
+        self.session_users = dict(memory.session_users)
+        self.persona_users = list(memory.persona_users)
+
+    def _step(self, event: Event, changes: list[Scoped]) -> Step:
+        fields = event.__dict__
+        return Step(self.seq, self._build(changes, fields, fields["event_id"]))
 
     def _derive(
         self, event: Event, fields: dict[str, Any], source: UUID
@@ -189,7 +284,18 @@ class AgentMemory:
         """The derived events of ``event``, whose ``__dict__`` is ``fields``."""
         hexa = f"{source.int:032x}"  # str(source), without the call to UUID.__str__
         name = f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:]}"
-        changes = self._changes(event, name, fields)
+        return self._build(self._changes(event, name, fields), fields, source, name)
+
+    def _build(
+        self,
+        changes: list[Scoped],
+        fields: dict[str, Any],
+        source: UUID,
+        name: str | None = None,
+    ) -> tuple[DerivedEvent, ...]:
+        """``changes`` as derived events of the event whose ``__dict__`` is ``fields``."""
+        if name is None:
+            name = str(source)
         if not changes:
             return ()
         agent_id = fields["agent_id"]

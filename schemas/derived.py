@@ -250,6 +250,55 @@ class SubjectErased(DerivedEvent):
     body: ErasedBody
 
 
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+class RebasedBody(Model):
+    """How a rollback or a fork changed the agent's memory, counts only: memories
+    that left it (``forgotten``), memories it got back or got (``restored``), facts
+    and persona set back, working sessions replaced."""
+
+    forgotten: Count = 0
+    restored: Count = 0
+    facts: Count = 0
+    persona: Count = 0
+    sessions: Count = 0
+
+
+class RolledBackChangeBody(RebasedBody):
+    """``request_id``: the ``memory.rolled_back`` that asked for it."""
+
+    request_id: UUID
+    to: UtcMillis
+    to_seq: Count
+
+
+class AgentRolledBack(DerivedEvent):
+    """The agent's memory went back to what it was at ``to``; the changes with the same
+    ``source_event_id`` bring the projections in line."""
+
+    TYPE: ClassVar[str] = "agent.rolled_back"
+    type: Literal["agent.rolled_back"] = "agent.rolled_back"
+    body: RolledBackChangeBody
+
+
+class ForkedChangeBody(RebasedBody):
+    """``request_id``: the ``memory.forked`` that asked for it."""
+
+    request_id: UUID
+    source_agent_id: str
+    at: UtcMillis
+    source_seq: Count
+
+
+class AgentForked(DerivedEvent):
+    """The agent began as a copy of ``source_agent_id`` at ``at`` (memory ids renamed)."""
+
+    TYPE: ClassVar[str] = "agent.forked"
+    type: Literal["agent.forked"] = "agent.forked"
+    body: ForkedChangeBody
+
+
 DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     MemoryCreated,
     MemoryReinforced,
@@ -263,4 +312,6 @@ DERIVED_TYPES: tuple[type[DerivedEvent], ...] = (
     PersonaVersioned,
     SkillUpdated,
     SubjectErased,
+    AgentRolledBack,
+    AgentForked,
 )

@@ -199,6 +199,40 @@ class SubjectErasureRequested(Event):
     body: ErasureBody
 
 
+Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
+
+
+class RolledBackBody(Model):
+    """Roll the agent's memory back to its state at ``to``: ``to_seq`` is the agent's
+    last sequence at or before ``to`` in the archived log (what ``engram rollback``
+    found there). The event itself takes the next sequence: history is never edited."""
+
+    to: UtcMillis
+    to_seq: Seq
+    reason: str | None = None
+
+
+class MemoryRolledBack(Event):
+    TYPE: ClassVar[str] = "memory.rolled_back"
+    type: Literal["memory.rolled_back"] = "memory.rolled_back"
+    body: RolledBackBody
+
+
+class ForkedBody(Model):
+    """The first event of a new agent: its memory begins as ``source_agent_id``'s was
+    at ``at`` (``source_seq``: the source's last sequence at or before ``at``)."""
+
+    source_agent_id: Ident
+    at: UtcMillis
+    source_seq: Seq
+
+
+class MemoryForked(Event):
+    TYPE: ClassVar[str] = "memory.forked"
+    type: Literal["memory.forked"] = "memory.forked"
+    body: ForkedBody
+
+
 RAW_TYPES: tuple[type[Event], ...] = (
     InteractionRecorded,
     ToolCalled,
@@ -213,4 +247,6 @@ RAW_TYPES: tuple[type[Event], ...] = (
     FeedbackGiven,
     ClockTicked,
     SubjectErasureRequested,
+    MemoryRolledBack,
+    MemoryForked,
 )

@@ -40,6 +40,7 @@ from uuid import UUID
 from clickhouse_connect.driver.client import Client
 
 from schemas import DerivedEvent, Event, SubjectErased
+from schemas.base import INT64_MAX
 from sinks.clickhouse_erasure import purge
 
 T = TypeVar("T")
@@ -650,18 +651,31 @@ class ClickHouseHistory:
         return Checkpoint(agent_id, int(rows[0][0]), rows[0][1]) if rows else None
 
     def agent_log(
-        self, agent_id: str, *, after_seq: int = -1, until: datetime | None = None
+        self,
+        agent_id: str,
+        *,
+        after_seq: int = -1,
+        until: datetime | None = None,
+        upto_seq: int | None = None,
     ) -> Iterator[ArchivedEvent]:
         """``agent_id``'s archived raw events with ``seq > after_seq`` in sequence
-        order, only those that occurred at or before ``until`` when given."""
+        order, only those that occurred at or before ``until`` and with ``seq <=
+        upto_seq`` when given."""
         page = 10_000
+        last = INT64_MAX if upto_seq is None else upto_seq
         while True:
             result = self.client.query(
                 "SELECT agent_id, seq, payload, occurred_at FROM events FINAL"
-                " WHERE agent_id = {a:String} AND seq > {s:Int64}"
+                " WHERE agent_id = {a:String} AND seq > {s:Int64} AND seq <= {l:Int64}"
                 " AND occurred_at <= {u:DateTime64(3, 'UTC')}"
                 " ORDER BY seq LIMIT {n:UInt32}",
-                parameters={"a": agent_id, "s": after_seq, "u": until or _END_OF_TIME, "n": page},
+                parameters={
+                    "a": agent_id,
+                    "s": after_seq,
+                    "l": last,
+                    "u": until or _END_OF_TIME,
+                    "n": page,
+                },
                 column_formats={"payload": "bytes"},
             )
             rows = result.result_rows

@@ -25,6 +25,14 @@ offset (faust can commit past messages it never delivered, see
 of the last message it processed (a *mark*); a message past the mark means a hole,
 and the partition is read again from the mark; a partition without a mark is read
 from the start of its log. A stopping worker finishes its last flush first.
+
+Rollbacks and forks (``memory.rolled_back``, ``memory.forked``) fold a past the
+processors cannot read: the first time the fold meets one, it holds it (and what
+follows on its partition) like a message past a hole; the batch is flushed, the
+past is read from the archive (:mod:`streams.past`, retried in place while
+ClickHouse fails), and the partition is read again from the request, which then
+folds with its past. A request the fold refuses (a rollback beyond the agent's
+log, a fork onto an agent with events) goes to the dead-letter topic with why.
 """
 
 from __future__ import annotations
@@ -32,18 +40,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
-from uuid import uuid5
+from uuid import UUID, uuid5
 
 import faust
 from faust.types import TP
 
-from processors import AgentMemory, AgentState, MemoryConfig
+from processors import AgentMemory, AgentState, MemoryConfig, Step
 from processors.erasure import ERASURE_AGENT
+from processors.memory import DUPLICATE
+from processors.rebase import Past
 from schemas import (
     RAW_TYPE_NAMES,
     BadEvent,
@@ -51,15 +61,18 @@ from schemas import (
     Codec,
     DerivedEvent,
     Event,
+    MemoryForked,
+    MemoryRolledBack,
     Model,
     SubjectErasureRequested,
 )
 from schemas.sealed import SealingCodec
-from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent
+from sinks.clickhouse import ArchivedEvent, Checkpoint, ClickHouseHistory, SequencedEvent
 from streams import faults
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
+from streams.past import history_rows, read_past
 from streams.retry import retry_in_place
 from streams.summariser import Summariser
 
@@ -95,6 +108,10 @@ partition that the fold has processed (applied, dead-lettered, or found applied
 before), saved with the agents' states. Agent ids cannot start with NUL."""
 
 
+PastReader = Callable[[str, int], Awaitable[Past]]
+"""``(agent_id, upto)`` to that agent's past up to sequence ``upto``."""
+
+
 def mark_key(partition: int) -> bytes:
     return MARK_PREFIX + str(partition).encode()
 
@@ -112,6 +129,8 @@ class FoldResult:
     touched: dict[str, int] = field(default_factory=dict)
     held: list[Any] = field(default_factory=list)
     gaps: dict[int, int] = field(default_factory=dict)
+    wanted: dict[UUID, tuple[str, int]] = field(default_factory=dict)
+    """Rollbacks and forks held for their past: request id -> (agent, last seq) to read."""
 
 
 @dataclass
@@ -144,6 +163,8 @@ class Folder:
         self.homes: dict[int, set[str]] | None = None
         self.next: dict[int, int] = {}  # per partition: the offset to fold next
         self.marks: dict[int, int] = {}  # per partition: processed, not yet saved
+        self.pasts: dict[UUID, Past] = {}  # read for held rollbacks and forks
+        self.read_past: PastReader | None = None
 
     def forget(self) -> None:
         """Drop what this worker holds between batches (partitions were revoked)."""
@@ -216,36 +237,40 @@ class Folder:
                 continue
             if expected is not None and offset < expected:
                 continue  # processed before: acked with the batch, nothing else
-            self._fold_one(message, result)
+            if not self._fold_one(message, result):
+                result.gaps[partition] = offset  # a rollback or fork waits for its past
+                result.held.append(message)
+                continue
             self.next[partition] = offset + 1
             self.marks[partition] = offset
         return result
 
-    def _fold_one(self, message: Any, result: FoldResult) -> None:
+    def _fold_one(self, message: Any, result: FoldResult) -> bool:
         """Fold one message: clear or sealed bytes (sealed ones open with the keys the
         fold agent covered the batch with, so no UnknownKey here); a shredded event is
-        processed as nothing (acked with its batch, nothing applied or archived)."""
+        processed as nothing (acked with its batch, nothing applied or archived).
+        False: a rollback or fork whose past must be read first (``result.wanted``)."""
         raw: bytes = message.value or b""
         source = f"{message.topic}:{message.partition}:{message.offset}"
         try:
             event = _open(self.codec, raw)
             if event is None:
-                return  # sealed under a destroyed key: the subject is erased
+                return True  # sealed under a destroyed key: the subject is erased
             payload = raw if raw[:2] == b"\xc3\x01" else _clear(self.codec, event)
         except BadEvent as bad:
             result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
-            return
+            return True
         if isinstance(event, ClockTicked) and event.agent_id == CLOCK_AGENT:
             for agent_id in self.agents_on(message.partition):
                 tick = tick_for(event, agent_id)
                 self._apply(tick, _clear(self.codec, tick), message, raw, source, result)
-            return
+            return True
         if isinstance(event, SubjectErasureRequested) and event.agent_id == ERASURE_AGENT:
             for agent_id in self.agents_on(message.partition):
                 erasure = erasure_for(event, agent_id)
                 self._apply(erasure, _clear(self.codec, erasure), message, raw, source, result)
-            return
-        self._apply(event, payload, message, raw, source, result)
+            return True
+        return self._apply(event, payload, message, raw, source, result)
 
     def _apply(
         self,
@@ -255,21 +280,53 @@ class Folder:
         raw: bytes,
         source: str,
         result: FoldResult,
-    ) -> None:
+    ) -> bool:
+        """Fold ``event`` into its agent; False when it waits for its past."""
         live = self.agent(event.agent_id)
         if message.offset <= live.positions.get(message.partition, -1):
-            return  # applied before a crash or rebalance: redelivered, not new
+            return True  # applied before a crash or rebalance: redelivered, not new
+        fold = self._stepper(live.memory, event, result)
+        if fold is None:
+            return False
         live.positions[message.partition] = message.offset
         result.touched.setdefault(event.agent_id, message.partition)
         try:
-            step = live.memory.apply(event)
-        except Exception as error:  # a processor bug: keep the line moving, visibly
+            step = fold()
+        except Exception as error:  # a processor bug or a refused request, visibly
             reason = f"processor failed on {event.type}: {error!r}"
             result.dead.append(DeadLetter(message.key, raw, reason, source))
-            return
+            return True
         if step.seq is not None:
             result.sequenced.append(SequencedEvent(event, step.seq, payload))
             result.derived.extend(step.derived)
+        return True
+
+    def _stepper(
+        self, memory: AgentMemory, event: Event, result: FoldResult
+    ) -> Callable[[], Step] | None:
+        """How to fold ``event``; None (and the past noted in ``result.wanted``) for a
+        rollback or fork whose past has not been read yet."""
+        if not isinstance(event, MemoryRolledBack | MemoryForked):
+            return lambda: memory.apply(event)
+        if memory.seen(event):
+            return lambda: DUPLICATE
+        past = self.pasts.pop(event.event_id, None)
+        if isinstance(event, MemoryRolledBack):
+            if past is None:
+                result.wanted[event.event_id] = (event.agent_id, event.body.to_seq)
+                return None
+            return lambda: memory.roll_back(event, past)
+        if past is None:
+            result.wanted[event.event_id] = (event.body.source_agent_id, event.body.source_seq)
+            return None
+        return lambda: memory.fork(event, past)
+
+    async def fetch_pasts(self, wanted: dict[UUID, tuple[str, int]]) -> None:
+        """Read the pasts ``wanted`` (after a flush: the archive holds what was folded)."""
+        if self.read_past is None:
+            raise RuntimeError("this fold has no archive to read a past from")
+        for request, (agent_id, upto) in wanted.items():
+            self.pasts[request] = await self.read_past(agent_id, upto)
 
     def state_records(self, touched: dict[str, int]) -> tuple[list[Record], list[Checkpoint]]:
         """Changelog records of the touched agents' states and of the partitions'
@@ -565,6 +622,7 @@ def register(
             table.changelog_topic.get_topic_name(),
         )
         folder = Folder(table, raw_only, config)
+        folder.read_past = past_reader(history, raw_only, keys)
         flusher = Flusher(folder, sinks, app.consumer, max_pending, summariser)
         flushers[:] = [flusher]
         try:
@@ -587,6 +645,19 @@ def register(
             await writer.stop()
 
     return fold
+
+
+def past_reader(history: ClickHouseHistory, codec: Codec, keys: WorkerKeys | None) -> PastReader:
+    """Reads pasts from ``history``, opening sealed payloads with ``codec`` once
+    ``keys`` covered them."""
+
+    async def opener(rows: Sequence[ArchivedEvent]) -> Callable[[bytes], Event | None]:
+        if keys is not None and isinstance(codec, SealingCodec):
+            await keys.cover(codec, [row.payload for row in rows])
+        return lambda payload: _open(codec, payload)
+
+    rows = history_rows(history)
+    return lambda agent_id, upto: read_past(rows, opener, agent_id, upto)
 
 
 async def start_unmarked(flusher: Flusher, messages: Sequence[Any]) -> None:
@@ -648,3 +719,8 @@ async def fold_batch(
                     TP(topic, partition), offset, partial(flusher.folder.expected, partition)
                 )
     await flusher.add(result, messages)
+    if result.wanted:
+        await flusher.drain()  # the past of a request includes what was just folded
+        await retry_in_place(
+            lambda: flusher.folder.fetch_pasts(result.wanted), what="read a rollback's past"
+        )

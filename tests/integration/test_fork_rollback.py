@@ -1,0 +1,140 @@
+"""``engram rollback`` and ``engram fork`` on a running ``engram up``: the rolled-back
+agent's memory (replay, checkpoint and recall) is its memory as of T, history keeps
+everything plus the rollback, later events fold on top; a fork at T is the source's
+memory as of T under new ids, and the source is untouched."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engram import Memory, make_event
+from engram.results import Snapshot
+from schemas import Event
+from tests.support import Stack, engram_cmd, wait_until
+
+pytestmark = pytest.mark.integration
+T0 = (datetime.now(UTC) - timedelta(days=30)).replace(microsecond=0)
+T = T0 + timedelta(days=2)
+COUNT = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+
+
+def history(agent: str) -> list[Event]:
+    """Kyoto and green tea before T; Paris, coffee and a formal persona after it."""
+    out: list[Event] = []
+
+    def add(kind: str, at: datetime, body: dict[str, Any], session: str | None = None) -> None:
+        out.append(make_event(kind, agent_id=agent, session_id=session, user_id="mei",
+                              occurred_at=at, body=body))  # fmt: skip
+
+    def session(sid: str, start: datetime, lines: list[str]) -> None:
+        add("session.started", start, {"task": "plan a trip"}, sid)
+        for i, line in enumerate(lines, 1):
+            body = {"role": "user", "content": line}
+            add("interaction.recorded", start + timedelta(minutes=i), body, sid)
+        add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
+
+    session("s1", T0, ["I want to see Kyoto in April for the cherry blossoms.", "京都的樱花很美"])
+    add("fact.asserted", T0 + timedelta(hours=1), {"namespace": "prefs", "key": "drink",
+                                                   "value": "绿茶"})  # fmt: skip
+    add("persona.updated", T0 + timedelta(days=1), {"style": "warm, brief"})
+    session("s2", T + timedelta(days=1), ["Now plan Paris and the Louvre instead.", "巴黎的卢浮宫"])
+    add("fact.asserted", T + timedelta(days=2), {"namespace": "prefs", "key": "drink",
+                                                 "value": "coffee"})  # fmt: skip
+    add("fact.asserted", T + timedelta(days=2), {"namespace": "trip", "key": "city",
+                                                 "value": "Paris"})  # fmt: skip
+    add("persona.updated", T + timedelta(days=3), {"style": "formal"})
+    return out
+
+
+def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        engram_cmd(*args), env=stack.env, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def memory_of(snap: Snapshot) -> dict[str, Any]:
+    """What must agree: facts, persona and the live memories (ids, layers)."""
+    facts = sorted((f["namespace"], f["key"], f["value"]) for f in snap.facts)
+    persona = None if snap.persona is None else snap.persona["style"]
+    items = sorted((m.memory_id, m.layer, m.kind) for m in snap.memory_items)
+    return {"facts": facts, "persona": persona, "memories": items}
+
+
+def texts(memory: Memory, agent: str, query: str) -> list[str]:
+    found = memory.recall(query, agent_id=agent, k=20, record=False)
+    return [m.text for m in found.memories]
+
+
+def test_rollback_then_fork(stack: Stack) -> None:
+    agent = f"rb-{uuid.uuid4().hex[:8]}"
+    fork = f"{agent}-fork"
+    events = history(agent)
+    with Memory(bootstrap=stack.bootstrap, http=stack.http) as memory:
+        memory.publish_many(events)
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events), 60, "the archive")
+        as_of_t = memory_of(memory.snapshot(agent, as_of=T))
+        assert as_of_t["facts"] == [("prefs", "drink", "绿茶")]
+        wait_until(lambda: any("Paris" in t for t in texts(memory, agent, "Paris Louvre")),
+                   60, "Paris in recall")  # fmt: skip
+
+        refused = cli(stack, "rollback", agent, "--to", "2999-01-01T00:00Z")
+        assert refused.returncode == 2 and "in the future" in refused.stderr
+        refused = cli(stack, "rollback", "nobody-" + agent, "--to", T.isoformat())
+        assert refused.returncode == 2 and "unknown agent" in refused.stderr
+        early = (T0 - timedelta(days=1)).isoformat()
+        refused = cli(stack, "rollback", agent, "--to", early)
+        assert refused.returncode == 2 and "before the first event" in refused.stderr
+
+        done = cli(stack, "rollback", agent, "--to", T.isoformat(), "--reason", "回到京都")
+        assert done.returncode == 0, done.stderr
+        assert "rolled" in done.stdout and "memories left" in done.stdout
+
+        # the memory now is the memory as of T: by replay, and by the worker's checkpoint
+        now = datetime.now(UTC)
+        assert memory_of(memory.snapshot(agent, as_of=now)) == as_of_t
+        latest = memory.snapshot(agent)
+        assert memory_of(latest)["facts"] == as_of_t["facts"]
+        assert memory_of(latest)["persona"] == "warm, brief"
+        # history keeps everything, plus the rollback and its record
+        assert stack.scalar(COUNT, a=agent) == len(events) + 1
+        typed = "SELECT type FROM events FINAL WHERE agent_id = {a:String} ORDER BY seq"
+        kinds = [r[0] for r in stack.rows(typed, a=agent)]
+        assert kinds[-1] == "memory.rolled_back" and kinds[:-1] == [e.type for e in events]
+        assert stack.scalar(
+            "SELECT count() FROM memory_changes FINAL WHERE agent_id = {a:String}"
+            " AND type = 'agent.rolled_back'", a=agent) == 1  # fmt: skip
+        # recall: Kyoto is there, Paris has left
+        wait_until(lambda: not any("Paris" in t for t in texts(memory, agent, "Paris Louvre")),
+                   60, "Paris to leave recall")  # fmt: skip
+        assert any("Kyoto" in t for t in texts(memory, agent, "Kyoto cherry blossoms"))
+
+        # new events fold on top of the rolled-back memory
+        later = make_event("fact.asserted", agent_id=agent, occurred_at=now,
+                           body={"namespace": "trip", "key": "city", "value": "大阪"})  # fmt: skip
+        memory.publish(later)
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events) + 2, 60, "the new fact")
+        facts = memory_of(memory.snapshot(agent))["facts"]
+        assert facts == [("prefs", "drink", "绿茶"), ("trip", "city", "大阪")]
+
+        # a fork of the source at T: the source's memory as of T under new ids
+        refused = cli(stack, "fork", agent, "--as", agent, "--at", T.isoformat())
+        assert refused.returncode == 2 and "new agent" in refused.stderr
+        before_fork = stack.scalar(COUNT, a=agent)
+        done = cli(stack, "fork", agent, "--as", fork, "--at", T.isoformat())
+        assert done.returncode == 0, done.stderr
+        assert f"as {fork}" in done.stdout
+        mine = memory_of(memory.snapshot(fork, as_of=datetime.now(UTC)))
+        assert (mine["facts"], mine["persona"]) == (as_of_t["facts"], as_of_t["persona"])
+        assert [m[1:] for m in mine["memories"]] == sorted(m[1:] for m in as_of_t["memories"])
+        assert not {m[0] for m in mine["memories"]} & {m[0] for m in as_of_t["memories"]}
+        assert stack.scalar(COUNT, a=agent) == before_fork  # the source is untouched
+        wait_until(lambda: any("Kyoto" in t for t in texts(memory, fork, "Kyoto cherry")),
+                   60, "Kyoto in the fork's recall")  # fmt: skip
+        assert not any("Paris" in t for t in texts(memory, fork, "Paris Louvre"))
+        refused = cli(stack, "fork", agent, "--as", fork)
+        assert refused.returncode == 2 and "exists already" in refused.stderr
