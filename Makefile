@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+PYTEST_WORKERS ?= 2
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-kafka test-crash lint bench clean
 
@@ -17,12 +19,13 @@ demo: $(STAMP)
 	$(BIN)/engram demo
 
 ## Set everything up and run lint, types and every test (on the embedded Tansu broker),
-## then the integration tests again on Apache Kafka.
+## then the integration tests again on Apache Kafka. Two pytest workers (PYTEST_WORKERS),
+## each test file on one of them: most integration tests wait on subprocesses.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	ENGRAM_TEST_BROKER=tansu $(BIN)/pytest -q
+	ENGRAM_TEST_BROKER=tansu $(BIN)/pytest -q $(PARALLEL)
 	@$(MAKE) --no-print-directory test-kafka
 
 ## The integration tests that use the session broker (marker `broker`, set by
@@ -37,7 +40,7 @@ test-kafka: $(STAMP)
 		echo "python -m ops.kafka --check failed ($$status): $$reason"; exit $$status; \
 	else \
 		echo "== the integration tests again, on Apache Kafka (ENGRAM_TEST_BROKER=kafka)"; \
-		ENGRAM_TEST_BROKER=kafka $(BIN)/pytest -q -m broker tests/integration; \
+		ENGRAM_TEST_BROKER=kafka $(BIN)/pytest -q $(PARALLEL) -m broker tests/integration; \
 	fi
 
 lint: $(STAMP)

@@ -297,15 +297,22 @@ def kill_life(
     home: Path, bootstrap: str, plan: str, chunk: Sequence[Event], wait: float = 60.0
 ) -> Life:
     """Start the worker with ``plan`` (``point:n`` or ``random:seconds``), publish
-    ``chunk``, and end the worker by SIGKILL: its own at the fault point, or ours at
-    the random moment (or when the point is not reached within ``wait`` s)."""
+    ``chunk`` (in two halves a second apart), and end the worker by SIGKILL: its own
+    at the fault point, or ours at the random moment (or when the point is not
+    reached within ``wait`` s)."""
     kind, _, arg = plan.rpartition(":")
     extra = {"ENGRAM_CRASH_AT": plan} if kind in POINTS else {}
     begun = time.monotonic()
     process, _ = start(home, worker_env(home, bootstrap, extra))
     life = Life(plan)
     try:
-        asyncio.run(create_and_publish(bootstrap, chunk))
+        # in a few parts a second apart, so the worker flushes more than once even
+        # when one batch could take the whole chunk (a plan may name the n-th passage)
+        half = len(chunk) // 2
+        for part in (chunk[:half], chunk[half:]):
+            asyncio.run(create_and_publish(bootstrap, part))
+            if process.poll() is None:
+                time.sleep(1.0)
         deadline = time.monotonic() + (float(arg) if kind == "random" else wait)
         while time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
