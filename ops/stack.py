@@ -292,7 +292,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             status_router(
                 bootstrap=bootstrap,
                 group=settings.group_id,
-                topics=(settings.events_topic, settings.memory_topic),
+                topics=(settings.events_topic, settings.memory_topic, settings.ingest_topic),
                 dead_letter_topic=settings.dlq_topic,
                 projections=lambda: Projections(
                     clickhouse_memory_changes=history.live_version(),

@@ -262,3 +262,41 @@ def mcp_alone(home: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+async def test_no_tool_reaches_another_agents_or_users_memory(stack: Stack, errlog: TextIO) -> None:
+    """Isolation through the MCP surface: another agent's snapshot and recall hold
+    nothing of this agent's; another user of the same agent does not recall it; and
+    feedback naming this agent's memory from another agent changes nothing here."""
+    agent_id, other = agent(), agent()
+    secret = "My locker code is ORCHID-4471, keep it safe"
+    events = [turn(agent_id, "user", secret, importance=9), turn(other, "user", "I like tea.")]
+    async with engram_mcp(stack.env, errlog) as mcp:
+        published = await mcp.data("memory_publish", events=events)
+        mine = memory_id_of("turn", published["event_ids"][0])
+        found: list[str] = []
+        with anyio.fail_after(40):
+            while mine not in found:
+                answer = await mcp.data("memory_recall", query=secret, agent_id=agent_id)
+                found = [m["memory_id"] for m in answer["memories"]]
+                await anyio.sleep(0.5)
+        elsewhere = await mcp.data("memory_recall", query=secret, agent_id=other, k=50)
+        snapshot = await mcp.data("memory_snapshot", agent_id=other)
+        other_user = await mcp.data("memory_recall", query=secret, agent_id=agent_id, user_id="u2")
+        foreign = await mcp.data("memory_feedback", memory_id=mine, useful=True, agent_id=other)
+        await eventually(
+            lambda: foreign["event_id"] in [str(r[1]) for r in events_of(stack, other)],
+            30,
+            "the foreign feedback archived",
+        )
+    assert mine not in [m["memory_id"] for m in elsewhere["memories"]]
+    assert "ORCHID-4471" not in json.dumps(elsewhere["memories"]) + json.dumps(snapshot)
+    assert mine not in [m["memory_id"] for m in other_user["memories"]], "users are apart"
+    touched = stack.scalar(
+        "SELECT count() FROM memory_changes FINAL WHERE memory_id = {m:String}"
+        " AND (agent_id = {o:String} OR source_event_id = {f:UUID})",
+        m=mine,
+        o=other,
+        f=foreign["event_id"],
+    )
+    assert touched == 0, "another agent's feedback never touches this agent's memory"

@@ -41,7 +41,7 @@ def test_status_shows_lag_dead_letters_and_projections(stack: Stack) -> None:
     before = status(stack)
     assert before["group"] == "engram-worker"
     topics = {(p["topic"], p["partition"]) for p in before["lag"]}
-    assert {t for t, _ in topics} == {"engram.events", "engram.memory"}
+    assert {t for t, _ in topics} == {"engram.events", "engram.memory", "engram.ingest"}
     assert before["projections"]["clickhouse_memory_changes"] >= 1
     assert before["projections"]["vectors_live"] >= 1
 
