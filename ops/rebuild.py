@@ -79,7 +79,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as ProgressBar
 
 from engram.service import Problem, problem
-from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded
+from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded, SubjectErased
 from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
 from sinks.keys import OpenEvent
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
@@ -308,8 +308,17 @@ class ClickHouseProjection:
         self.table = version_table(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
+        """Write the batch's rows; a ``subject.erased`` among them purges the subject
+        from the version being built as the live sink did from the live one. The log
+        still holds, sealed under *other* subjects' keys, documents the erased subject
+        had shaped (another user's persona version, the ``previous_value`` of a shared
+        fact): crypto-shredding cannot reach them, the purge's rewrite does."""
         changes = [e for e in events if not isinstance(e, MemoryEmbedded)]
         await self.history.write_changes(self.table, changes)
+        erasures = [e for e in changes if isinstance(e, SubjectErased)]
+        if erasures:
+            h = self.history
+            await h.call(lambda: h.erase_many(erasures))
         return len(changes)
 
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
@@ -397,12 +406,16 @@ class VectorProjection:
 def coalesce(ops: list[Op]) -> list[Op]:
     """The same end state in fewer store calls: a dense vector set after its point's
     upsert in the same batch rides on the upsert, then all upserts, all vectors and
-    all payload changes go as one run each, each kept in log order.
+    all payload changes go as one run each, each kept in log order. A batch with an
+    erasure (deletes by agent and user, which must follow what they delete) is left
+    as it is.
 
     Valid because upserts replace whole points and come first per point (a memory
     is created before it is embedded or changed), while vectors and payload fields
     are disjoint, so a point's vector and payload changes commute. A batch with an
     upsert after another change of the same point is left as it is."""
+    if any(op.kind == "erase" for op in ops):
+        return ops
     touched: set[str] = set()
     upserted: dict[str, int] = {}
     for position, op in enumerate(ops):

@@ -109,6 +109,7 @@ class Purge:
             f"a{tag}": erased.agent_id,
             f"u{tag}": subject,
             f"s{tag}": erased.seq,
+            f"r{tag}": erased.body.request_id,
         }
         self.columns = tuple(columns)
         self.rewritten: dict[str, int] = {}
@@ -116,7 +117,7 @@ class Purge:
 
     def named(self, sql: str) -> str:
         """``sql`` with its parameters ``{x:T}`` renamed ``{x<tag>:T}``."""
-        for name in ("a", "u", "s", "m", "old", "ns", "k"):
+        for name in ("a", "u", "s", "m", "old", "ns", "k", "r"):
             sql = sql.replace("{" + name + ":", "{" + f"{name}{self.tag}:")
         return sql
 
@@ -147,6 +148,11 @@ class Purge:
             + " AND type != 'subject.erased'"
         )
         others = f"NOT ({subject})"
+        # a redo after the subject's rows went (a rebuild from the log, where they are
+        # shredded) still finds what they shaped: the receipt says persona versions
+        # were rewritten, and a fact's chain is broken where the subject's changes were
+        persona = persona or self.receipted()
+        keys = sorted(set(keys) | set(self.broken_fact_keys(table, others)))
         changed, stale = self.persona_rewrites(table, others) if persona else ([], [])
         for namespace, key in keys:
             more, old = self.fact_rewrites(table, others, namespace, key)
@@ -158,6 +164,32 @@ class Purge:
         self.params[f"old{self.tag}"] = stale
         rows = self.named("{a:String} AND " + _ROW + " IN {old:Array(UInt64)}")
         return subject, f"({subject}) OR (agent_id = {rows})"
+
+    def receipted(self) -> bool:
+        """Whether this erasure of this agent has a receipt already (a redo)."""
+        found = self.query(
+            self.named(
+                "SELECT count() FROM erasures WHERE agent_id = {a:String} AND request_id = {r:UUID}"
+            ),
+        )
+        return bool(found and found[0][0])
+
+    def broken_fact_keys(self, table: str, others: str) -> list[tuple[str, str]]:
+        """The fact keys among ``others``' changes whose ``previous_value`` is not the
+        value of the change before it (the first: not None)."""
+        rows = self.query(
+            "SELECT DISTINCT ns, k FROM ("
+            " SELECT JSONExtractString(body, 'namespace') AS ns,"
+            " JSONExtractString(body, 'key') AS k,"
+            " JSONExtract(body, 'previous_value', 'Nullable(String)') AS prev,"
+            " lagInFrame(JSONExtract(body, 'value', 'Nullable(String)')) OVER w AS prior,"
+            " row_number() OVER w AS n"
+            f" FROM {table} WHERE {self.before} AND type = 'fact.set' AND {others}"
+            " WINDOW w AS (PARTITION BY ns, k ORDER BY seq, idx"
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))"
+            " WHERE if(n = 1, prev IS NOT NULL, NOT (prev <=> prior))"
+        )
+        return [(str(ns), str(key)) for ns, key in rows]
 
     def fact_keys(self, table: str, where: str) -> list[tuple[str, str]]:
         rows = self.query(

@@ -54,6 +54,16 @@ class Holes:
     def forget(self) -> None:
         self.open.clear()
 
+    def pending(self, tp: Any, offset: int) -> bool:
+        """Whether ``tp`` was sought back to ``offset`` less than the patience ago (its
+        re-read is on its way: seeking again would only cut it short)."""
+        found = self.open.get(tp)
+        return (
+            found is not None
+            and found[0] == offset
+            and (time.monotonic() - found[1] < self.patience_s)
+        )
+
     def due(self, assigned: set[Any], now: float) -> list[tuple[Any, int]]:
         """The holes to seek again now (their times reset); filled and unassigned ones
         leave."""
@@ -167,6 +177,8 @@ async def read_holes_again(consumer: Any, guard: InOrder, gaps: dict[TopicPartit
     for tp, offset in sorted(gaps.items()):
         start = max(offset, earliest.get(tp) or 0)
         guard.skip_to(tp, start)
+        if guard.holes.pending(tp, start):
+            continue
         log.warning("%s[%d]: offset %d never came; reading again from there", *tp, start)
         await consumer.seek(tp, start)
         guard.holes.sought(tp, start, partial(guard.expected, tp))

@@ -707,6 +707,8 @@ async def fold_batch(
         messages = [message for message in messages if id(message) not in held]
         topic = result.held[0].topic
         for partition, offset in result.gaps.items():
+            if holes is not None and holes.pending(TP(topic, partition), offset):
+                continue  # sought there a moment ago: the re-read is on its way
             log.warning(
                 "%s[%d]: offset %d was never folded; reading again from there",
                 topic,

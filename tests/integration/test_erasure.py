@@ -315,6 +315,49 @@ def test_a_request_a_kafka_producer_sends_once_to_the_ingest_topic_reaches_every
     )
 
 
+def test_rebuilds_and_replays_after_the_erasure_bring_nothing_back(
+    erased: tuple[Stack, uuid.UUID, Path],
+) -> None:
+    """Both projections rebuilt from the log (blue/green) and every agent replayed from
+    the archive: the erased user's derived events are sealed under destroyed keys and
+    are skipped, so no rebuilt row, point or replayed state holds the planted strings;
+    the others' are back."""
+    stack, _, _ = erased
+    for target in ("clickhouse", "vectors"):
+        done = subprocess.run(
+            engram_cmd("rebuild", target, "--keep"),
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    versions = stack.rows(
+        "SELECT name FROM system.tables WHERE database = currentDatabase()"
+        " AND name LIKE 'memory_changes%'"
+    )
+    assert len(versions) >= 2, "the rebuilt version is live, the old one kept"
+    for needle in PLANTED[GONE]:
+        assert not rows_holding(stack, needle), needle
+    for agent in AGENTS:
+        assert any(PLANTED["sam"][0] in t for t in recalled_texts(stack, agent, PLANTED["sam"][0]))
+        for needle in PLANTED[GONE]:
+            assert not any(needle in t for t in recalled_texts(stack, agent, needle))
+        replay = subprocess.run(
+            engram_cmd("replay", "--agent", agent, "--until", datetime.now(UTC).isoformat()),
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert replay.returncode == 0, replay.stderr
+        assert "sam" in replay.stdout
+        for needle in PLANTED[GONE]:
+            assert needle not in replay.stdout, (agent, needle)
+
+
 def test_no_vector_holds_them_once_stopped(erased: tuple[Stack, uuid.UUID, Path]) -> None:
     stack, _, home = erased
     assert stack.stop() == 0

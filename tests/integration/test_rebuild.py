@@ -629,6 +629,8 @@ def test_coalesced_operations_end_where_the_log_order_ends(store: VectorIndex) -
     assert store.points(coalesced) == expected
     recreated = [*batch, Op("upsert", made("m1"))]  # an upsert after a change: kept as is
     assert coalesce(recreated) == recreated
+    erased = [*batch, Op("erase", ("a", None))]  # an erasure follows what it deletes
+    assert coalesce(erased) == erased
 
 
 # --------------------------------------------------------------------------- the CLI
