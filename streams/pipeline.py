@@ -112,6 +112,18 @@ PastReader = Callable[[str, int], Awaitable[Past]]
 """``(agent_id, upto)`` to that agent's past up to sequence ``upto``."""
 
 
+STATE_CHANGELOG = {
+    "max.compaction.lag.ms": str(3600 * 1000),
+    "segment.ms": str(3600 * 1000),
+    "min.cleanable.dirty.ratio": "0.01",
+}
+"""Topic configs of the agent-state changelog (compacted by faust): a superseded state
+is compacted away within about an hour (plus the log cleaner's own delay), so the
+states an erasure replaced, which still hold the erased subject, do not outlive it on
+the log for Kafka's default seven days. (The embedded broker keeps nothing across a
+restart, and never compacts.)"""
+
+
 def mark_key(partition: int) -> bytes:
     return MARK_PREFIX + str(partition).encode()
 
@@ -594,6 +606,7 @@ def register(
             key_type=bytes,  # bytes keys and values: faust reads the changelog raw
             value_type=bytes,
             partitions=topics.events.partitions or app.conf.topic_partitions,
+            extra_topic_configs=STATE_CHANGELOG,
         ),
     )
     flushers: list[Flusher] = []

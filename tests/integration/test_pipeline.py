@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from engram import Memory, make_event
 from schemas import Codec, Event
+from streams.pipeline import STATE_CHANGELOG
 from tests.support import Stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -200,3 +204,37 @@ def test_http_mode_client_and_health(stack: Stack) -> None:
     health = httpx.get(f"{stack.http}/v1/health", timeout=5).json()
     assert health["status"] == "ok"
     assert health["kafka_bootstrap"] == stack.bootstrap
+
+
+def test_superseded_agent_states_are_compacted_within_the_hour(stack: Stack) -> None:
+    """The agent-state changelog (where a state an erasure replaced still holds the
+    erased subject until compaction) is created with a bounded compaction lag. Apache
+    Kafka only: the embedded broker keeps nothing across a restart and never compacts."""
+    if os.environ.get("ENGRAM_TEST_BROKER") != "kafka":
+        pytest.skip("topic configs are Apache Kafka's (ENGRAM_TEST_BROKER=kafka)")
+    name = "engram-worker-agent_state-changelog"
+    agent = f"compact-{uuid.uuid4().hex[:8]}"
+    with Memory(bootstrap=stack.bootstrap) as memory:
+        memory.publish(make_event("session.started", agent_id=agent, session_id="s"))
+    wait_until(
+        lambda: stack.scalar("SELECT count() FROM events WHERE agent_id = {a:String}", a=agent),
+        60,
+        "a state saved",
+    )
+
+    async def configs() -> dict[str, str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.bootstrap)
+        await admin.start()
+        try:
+            [response] = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name)]
+            )
+        finally:
+            await admin.close()
+        [(error, _, _, _, entries)] = response.resources
+        assert error == 0, response
+        return {str(entry[0]): str(entry[1]) for entry in entries}
+
+    found = asyncio.run(configs())
+    assert found["cleanup.policy"] == "compact"
+    assert {k: found[k] for k in STATE_CHANGELOG} == STATE_CHANGELOG
