@@ -93,12 +93,12 @@ class Status(BaseModel):
     erasures: Erasures = Erasures()
 
 
-async def consumer_lag(bootstrap: str, group: str, topics: Sequence[str]) -> list[PartitionLag]:
-    """Per partition of ``topics``: the group's committed offset, the end, the lag.
-
-    A consumer without a group learns the partitions and their ends (subscribed, it
-    waits for the topics' metadata as it starts); one of the group, assigned the
-    partitions, reads the commits without joining (the worker is not rebalanced)."""
+async def partition_bounds(
+    bootstrap: str, topics: Sequence[str]
+) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int]]:
+    """Every partition of ``topics`` with its log start and end offsets, read by a
+    consumer without a group (subscribed, it waits for the topics' metadata as it
+    starts)."""
     probe = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, enable_auto_commit=False)
     await probe.start()
     try:
@@ -108,11 +108,23 @@ async def consumer_lag(bootstrap: str, group: str, topics: Sequence[str]) -> lis
             for p in sorted(probe.partitions_for_topic(topic) or ())
         ]
         if not partitions:
-            return []
-        ends = await probe.end_offsets(partitions)
+            return [], {}, {}
         starts = await probe.beginning_offsets(partitions)
+        ends = await probe.end_offsets(partitions)
     finally:
         await probe.stop()
+    return partitions, starts, ends
+
+
+async def consumer_lag(bootstrap: str, group: str, topics: Sequence[str]) -> list[PartitionLag]:
+    """Per partition of ``topics``: the group's committed offset, the end, the lag.
+
+    :func:`partition_bounds` learns the partitions and their ends; a consumer of the
+    group, assigned the partitions, reads the commits without joining (the worker is
+    not rebalanced)."""
+    partitions, starts, ends = await partition_bounds(bootstrap, topics)
+    if not partitions:
+        return []
     member = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await member.start()
     try:

@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import OffsetAndMetadata
 
 from engram import Memory, make_event
+from engram.status import partition_bounds
 from ops.kafka import ApacheKafka, available
 from schemas import Event
 from tests.support import start_stack, wait_until
@@ -48,13 +49,7 @@ def turns(n: int, offset: int = 0, agents: int = 3) -> list[Event]:
 async def commit_to_the_end(bootstrap: str, topic: str, group: str) -> dict[int, int]:
     """Commit the group's offsets to the end of every partition, as a consumer that
     acked what it never processed would; returns what was committed."""
-    probe = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await probe.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in probe.partitions_for_topic(topic) or ()]
-        ends = await probe.end_offsets(partitions)
-    finally:
-        await probe.stop()
+    partitions, _, ends = await partition_bounds(bootstrap, [topic])
     member = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await member.start()
     try:
