@@ -320,6 +320,90 @@ def rebuild(
         errors.print(f"[yellow]warning:[/] {status.error}", highlight=False)
 
 
+@app.command()
+def reprocess(
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="JSON or TOML file of the new processor parameters (engram config shows them).",
+        ),
+    ] = None,
+    keep: Annotated[
+        bool,
+        typer.Option("--keep", help="Keep the previous projection versions instead of dropping."),
+    ] = False,
+    max_rate: Annotated[
+        float | None,
+        typer.Option("--max-rate", min=1, help="Read at most this many raw events per second."),
+    ] = None,
+    show: Annotated[
+        bool, typer.Option("--show", help="Print the derivations recorded (the last is live).")
+    ] = False,
+) -> None:
+    """Derive the memory again from engram.events with new processor parameters (a
+    forgetting threshold, FSRS instead of the exponential curve, a new episode gap):
+    into a new derived topic, a new memory_changes version and a new vector collection,
+    while the live derivation keeps serving; then a swap, and the worker folds on with
+    the new parameters. Needs a running `engram up`. Ctrl-C cancels before the swap.
+
+    Example: engram reprocess --config fsrs.toml   (fsrs.toml: [forgetting] curve = "fsrs")
+    """
+    from engram.client import read_up_file
+    from ops.reprocess import ReprocessFailed, load_config, run_reprocess
+
+    settings = load_settings()
+    if not show and config is None:
+        raise fail("give --config FILE (the new parameters) or --show", 2)
+    parsed = None
+    if config is not None:
+        try:
+            parsed = load_config(config)
+        except ValueError as error:
+            raise fail(str(error), 2) from None
+    up = read_up_file(settings.up_file)
+    if up is None:
+        raise fail(f"engram is not running (no {settings.up_file}); start `engram up` first", 2)
+    if show:
+        found = httpx.get(f"{up['http']}/v1/admin/derivations", timeout=30).json()
+        for d in found:
+            console.print(
+                f"generation {d['generation']} {d['step']}: {d['version']} on {d['memory_topic']}"
+            )
+        return
+    assert parsed is not None
+    try:
+        status = run_reprocess(
+            str(up["http"]), parsed, keep=keep, max_rate=max_rate, console=console
+        )
+    except (ReprocessFailed, httpx.HTTPError) as error:
+        raise fail(f"reprocess: {error}") from None
+    if status.state == "cancelled":
+        raise fail("reprocess cancelled; the live derivation is unchanged", 130)
+    if status.state != "done":
+        raise fail(f"reprocess failed ({status.error}); the live derivation stays")
+    kept = "kept" if status.keep else "dropped"
+    console.print(
+        f"reprocessed: generation {status.generation} ({status.version}) is live on"
+        f" {status.memory_topic}: {status.done} raw events, {status.derived} derived,"
+        f" {status.embedded} embedded; memory_changes v{status.clickhouse} and vectors"
+        f" v{status.vectors} live, previous {kept}"
+    )
+
+
+@app.command("config")
+def config_cmd() -> None:
+    """Print the default processor parameters as JSON: a starting point for
+    `engram reprocess --config`.
+
+    Example: engram config > params.json
+    """
+    from processors import MemoryConfig
+
+    print(MemoryConfig().model_dump_json(indent=2))
+
+
 _AGENT = typer.Option("--agent", "-a", help="The agent whose memory to reconstruct.")
 _USER = typer.Option("--user", "-u", help="Only this user's episodes and memories.")
 _SESSION = typer.Option("--session", "-s", help="Only this session's working memory.")

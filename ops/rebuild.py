@@ -70,7 +70,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 import httpx
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -235,10 +235,23 @@ class LogReader:
         check: Callable[[], None],
     ) -> None:
         """Read every partition up to ``ends``, then on until a fetch brings nothing
-        (or ``TAIL`` more records), handing each fetch to ``apply`` in order; ``check``
-        runs between fetches (it may raise). The tail is read because an end offset
-        may lag the log: Tansu's ``ListOffsets`` answers a few records short of the
-        last one of a partition."""
+        (or ``TAIL`` more records), handing each fetch's values to ``apply`` in order;
+        ``check`` runs between fetches (it may raise). The tail is read because an end
+        offset may lag the log: Tansu's ``ListOffsets`` answers a few records short of
+        the last one of a partition."""
+
+        async def values(records: list[ConsumerRecord[Any, Any]]) -> None:
+            await apply([r.value or b"" for r in records])
+
+        await self.read_records_to(ends, values, check)
+
+    async def read_records_to(
+        self,
+        ends: dict[TopicPartition, int],
+        apply: Callable[[list[ConsumerRecord[Any, Any]]], Awaitable[None]],
+        check: Callable[[], None],
+    ) -> None:
+        """:meth:`read_to`, handing the whole records (partition, offset, key, value)."""
         assert self.consumer is not None
         started, read, tail = time.monotonic(), 0, 0
         most = 5000 if not self.max_rate else max(1, min(5000, int(self.max_rate / 4)))
@@ -248,15 +261,15 @@ class LogReader:
             fetched = await self.consumer.getmany(
                 *(behind or self.partitions), timeout_ms=500 if behind else 200, max_records=most
             )
-            values: list[bytes] = []
+            batch: list[ConsumerRecord[Any, Any]] = []
             for tp, records in fetched.items():
                 if records:
-                    values += [r.value or b"" for r in records]
+                    batch += records
                     self.positions[tp] = records[-1].offset + 1
-            if values:
-                await apply(values)
-                read += len(values)
-                tail += 0 if behind else len(values)
+            if batch:
+                await apply(batch)
+                read += len(batch)
+                tail += 0 if behind else len(batch)
             elif not behind:
                 return
             if self.max_rate:
@@ -642,8 +655,10 @@ class Rebuilds:
         model: str | None,
         settle_s: float = 30.0,
         open_event: OpenEvent | None = None,
+        busy: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.open_event = open_event
+        self.busy = busy
         self.bootstrap = bootstrap
         self.topic = topic
         self.history = history
@@ -660,11 +675,20 @@ class Rebuilds:
             raise LookupError("this stack has no vector store")
         return VectorProjection(self.vectors.inner, self.model, self.vectors.gate)
 
+    def running(self) -> str | None:
+        """Why a reprocess must wait (a rebuild runs), or None."""
+        for target, (progress, thread) in self.jobs.items():
+            if thread.is_alive():
+                return f"a rebuild of {target} is running since {progress.started_at:%H:%M:%S}"
+        return None
+
     def start(self, target: Target, *, keep: bool, max_rate: float | None) -> RebuildStatus:
         with self.lock:
             job = self.jobs.get(target)
             if job is not None and job[1].is_alive():
                 raise Busy(f"a rebuild of {target} is running since {job[0].started_at:%H:%M:%S}")
+            if reason := self.busy():
+                raise Busy(reason)
             projection = self.projection(target)
             progress = Progress(target, keep)
             reader = LogReader(self.bootstrap, self.topic, max_rate=max_rate)

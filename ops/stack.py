@@ -37,6 +37,7 @@ from engram.status import Projections, status_router
 from ops.broker import EmbeddedBroker
 from ops.http import HttpThread
 from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
+from ops.reprocess import Parts, Reprocesses, WorkerControl, recover, reprocess_router
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
 from processors import MemoryConfig
@@ -44,6 +45,7 @@ from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory
+from sinks.derivations import Derivation, Derivations, first
 from sinks.embedding import Embedder, get_embedder
 from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
@@ -77,14 +79,29 @@ def summariser_name(settings: Settings) -> str:
     return f"llm:{settings.llm_model}" if settings.llm_url else SUMMARISER_NAME
 
 
+def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, SealingCodec]:
+    """Keys of a worker's own (a keyring on the key topic, when sealing is on; it starts
+    in the loop that first uses it) and the sealing codec over them."""
+    master = settings.master_key()
+    ring = (
+        KafkaKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
+        if master is not None
+        else None
+    )
+    return WorkerKeys(ring), SealingCodec(ring, max_bytes=settings.max_event_bytes)
+
+
 def build_worker_app(
     settings: Settings,
     bootstrap: str,
     history: ClickHouseHistory,
     vectors: tuple[VectorIndex, Embedder] | None = None,
+    derivation: Derivation | None = None,
 ) -> faust.App:
     """The faust app with the pipeline (and, given ``vectors``, the embedding and
-    vector-projection agents) registered on it."""
+    vector-projection agents) registered on it, folding with ``derivation`` (its
+    parameters, derived topic and state table; generation 0 when None)."""
+    derivation = derivation or first(settings.memory_topic)
     session_timeout, rebalance_timeout = settings.group_timeouts()
     app = create_app(
         app_id=settings.group_id,
@@ -97,18 +114,12 @@ def build_worker_app(
     topics = create_topics(
         app,
         events=settings.events_topic,
-        memory=settings.memory_topic,
+        memory=derivation.memory_topic,
         dead_letters=settings.dlq_topic,
         ingest=settings.ingest_topic,
     )
-    master = settings.master_key()
-    ring = (
-        KafkaKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
-        if master is not None
-        else None
-    )
-    keys = WorkerKeys(ring)
-    codec = SealingCodec(ring, max_bytes=settings.max_event_bytes)
+    keys, codec = worker_keys(settings, bootstrap)
+    ring = keys.ring
     assert topics.ingest is not None
     register_ingest(
         app,
@@ -134,12 +145,13 @@ def build_worker_app(
         topics=topics,
         history=history,
         codec=codec,
-        config=MemoryConfig(),
+        config=derivation.config,
         bootstrap=bootstrap,
         batch_size=settings.batch_size,
         within=settings.flush_interval_s,
         summariser=episode_summariser(settings, history),
         keys=keys,
+        state_table=derivation.state_table,
     )
     if vectors is not None:
         index, embedder = vectors
@@ -151,17 +163,19 @@ def build_worker_app(
             codec=codec,
             bootstrap=bootstrap,
             keys=keys,
+            projected=derivation.memory_starts,
         )
     return app
 
 
 async def prepare_log(
-    settings: Settings, bootstrap: str, history: ClickHouseHistory, say: Say
+    settings: Settings, bootstrap: str, history: ClickHouseHistory, say: Say, memory_topic: str
 ) -> int:
-    """Create the topics and restore the archive into an empty broker."""
+    """Create the topics (``memory_topic``: the live derivation's) and restore the
+    archive into an empty broker."""
     specs = pipeline_topics(
         settings.events_topic,
-        settings.memory_topic,
+        memory_topic,
         settings.dlq_topic,
         settings.partitions,
         ingest=settings.ingest_topic,
@@ -189,9 +203,11 @@ def http_api(
     info: dict[str, Any],
     recaller: Recaller | None,
     open_event: OpenEvent | None = None,
-) -> Any:
-    """The HTTP API; its publisher seals (``POST /v1/events``, recall records) when
-    ``settings`` hold a master key, and its replays open with ``open_event``."""
+    config: MemoryConfig | None = None,
+) -> tuple[Any, MemoryService]:
+    """The HTTP API and its memory service (replays fold with ``config``); its
+    publisher seals (``POST /v1/events``, recall records) when ``settings`` hold a
+    master key, and its replays open with ``open_event``."""
     publisher = Memory(bootstrap=bootstrap, settings=settings)
 
     async def publish(events: Sequence[Event]) -> None:
@@ -202,8 +218,9 @@ def http_api(
         history=ClickHouseHistory(gate.reader, gate.executor),
         publish=publish,
         open_event=open_event,
+        config=config,
     )
-    return create_api(
+    api = create_api(
         codec=Codec(max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
         publish=publish,
         gate=gate,
@@ -211,6 +228,7 @@ def http_api(
         memory=memory_router(service),
         erase=lambda subject, reason: publisher.aerase(subject, reason=reason),
     )
+    return api, service
 
 
 def open_vectors(settings: Settings, say: Say) -> tuple[VectorIndex, Embedder]:
@@ -245,6 +263,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
     http: HttpThread | None = None
     index: VectorIndex | None = None
     rebuilds: Rebuilds | None = None
+    reprocesses: Reprocesses | None = None
     try:
         if settings.kafka_bootstrap:
             bootstrap = settings.kafka_bootstrap
@@ -258,22 +277,46 @@ def run_up(settings: Settings, say: Say = print) -> int:
         history.purged = faults.purged
         history.ensure_schema()
         say(f"history: {settings.clickhouse_dsn}")
-        restored = asyncio.run(prepare_log(settings, bootstrap, history, say))
+        derivations = Derivations(history, settings.memory_topic)
+        derivations.ensure()
+        live = derivations.latest()
+        restored = asyncio.run(prepare_log(settings, bootstrap, history, say, live.memory_topic))
         if restored:
             say(f"restored {restored} events from the archive")
         keys = open_keys(settings, bootstrap, say)
         open_event = keys.opener(max_bytes=settings.max_event_bytes) if keys else None
         index, embedder = open_vectors(settings, say)
-        recaller = Recaller(index, embedder)
         gated = GatedIndex(index)
+        control = WorkerControl()
+        parts = Parts(
+            bootstrap=bootstrap,
+            events_topic=settings.events_topic,
+            base_topic=settings.memory_topic,
+            dead_letter_topic=settings.dlq_topic,
+            group=settings.group_id,
+            history=history,
+            derivations=derivations,
+            index=gated,
+            embedder=embedder,
+            codec=Codec(max_bytes=settings.max_event_bytes),
+            control=control,
+            make_keys=(lambda: worker_keys(settings, bootstrap)) if settings.sealing else None,
+        )
+        live = asyncio.run(recover(parts))
+        if live.generation:
+            say(f"derivation: generation {live.generation} ({live.version}) on {live.memory_topic}")
+        recaller = Recaller(index, embedder, config=live.config)
+        reprocesses = Reprocesses(parts)
         rebuilds = Rebuilds(
             bootstrap=bootstrap,
-            topic=settings.memory_topic,
+            topic=live.memory_topic,
             history=history,
             vectors=gated,
             model=embedder.name,
             open_event=open_event,
+            busy=reprocesses.running,
         )
+        reprocesses.busy = rebuilds.running
         info: dict[str, Any] = {
             "http": settings.http_url,
             "kafka_bootstrap": bootstrap,
@@ -286,13 +329,17 @@ def run_up(settings: Settings, say: Say = print) -> int:
             "started_at": datetime.now(UTC).isoformat(),
             "home": str(settings.home),
         }
-        api = http_api(settings, bootstrap, gate, info, recaller, open_event)
+        api, service = http_api(
+            settings, bootstrap, gate, info, recaller, open_event, config=live.config
+        )
         api.include_router(rebuild_router(rebuilds))
+        api.include_router(reprocess_router(reprocesses))
+        topics = [settings.events_topic, live.memory_topic, settings.ingest_topic]
         api.include_router(
             status_router(
                 bootstrap=bootstrap,
                 group=settings.group_id,
-                topics=(settings.events_topic, settings.memory_topic, settings.ingest_topic),
+                topics=topics,
                 dead_letter_topic=settings.dlq_topic,
                 projections=lambda: Projections(
                     clickhouse_memory_changes=history.live_version(),
@@ -302,6 +349,13 @@ def run_up(settings: Settings, say: Say = print) -> int:
                 erasures=history.erasures,
             )
         )
+
+        def swapped(now: Derivation) -> None:
+            """A reprocess made ``now`` live: readers fold and rank with its parameters."""
+            service.config = recaller.config = now.config
+            rebuilds.topic = topics[1] = now.memory_topic
+
+        parts.on_swapped = swapped
         http = HttpThread(api, settings.http_host, settings.http_port)
         http.start()
         settings.up_file.write_text(json.dumps(info, indent=2) + "\n")
@@ -309,11 +363,19 @@ def run_up(settings: Settings, say: Say = print) -> int:
         if settings.llm_url:
             say(f"episode summaries: {summariser_name(settings)}, extractive when it fails")
         say("engram is up; Ctrl-C stops it")
-        app = build_worker_app(settings, bootstrap, history, (gated, embedder))
-        return run_worker(app, settings.log_level)
+        while True:
+            app = build_worker_app(settings, bootstrap, history, (gated, embedder), live)
+            code = run_worker(app, settings.log_level, control)
+            if not control.worker_ended():
+                return code
+            say("worker stopped for a reprocess's swap")
+            live = control.next_derivation() or live
+            say(f"worker: generation {live.generation} ({live.version}) on {live.memory_topic}")
     finally:
         if http is not None:
             http.stop()
+        if reprocesses is not None:
+            reprocesses.stop()
         if rebuilds is not None:
             rebuilds.stop()
         settings.up_file.unlink(missing_ok=True)
@@ -325,10 +387,16 @@ def run_up(settings: Settings, say: Say = print) -> int:
             broker.stop()
 
 
-def run_worker(app: faust.App, log_level: str = "WARNING") -> int:
-    """Run the faust worker in the foreground until SIGINT/SIGTERM."""
-    asyncio.set_event_loop(uvloop.new_event_loop())
+def run_worker(
+    app: faust.App, log_level: str = "WARNING", control: WorkerControl | None = None
+) -> int:
+    """Run the faust worker in the foreground until SIGINT/SIGTERM (or until
+    ``control`` stops it for a reprocess's swap)."""
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
     worker = Worker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
+    if control is not None:
+        control.attach(worker, loop)
     try:
         worker.execute_from_commandline()
     except SystemExit as stop:

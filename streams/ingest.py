@@ -86,9 +86,9 @@ class KeyedWriter(LogWriter):
 
     async def send(
         self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False
-    ) -> None:
+    ) -> dict[int, int]:
         await self.keys.flush()
-        await super().send(topic, records, one_per_batch=one_per_batch)
+        return await super().send(topic, records, one_per_batch=one_per_batch)
 
 
 def seal_one(codec: SealingCodec, message: Any) -> Record | DeadLetter | None:

@@ -7,6 +7,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
@@ -68,15 +69,16 @@ class LogWriter:
 
     async def send(
         self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False
-    ) -> None:
-        """Write ``records`` to ``topic``; raises if any is not acknowledged.
+    ) -> dict[int, int]:
+        """Write ``records`` to ``topic``; raises if any is not acknowledged. Returns,
+        per partition written, the offset after the last record written there.
 
         ``one_per_batch`` puts every record in a record batch of its own: the embedded
         broker's high watermark counts batches, not records, so a changelog that is
         read up to the high watermark (faust's table recovery) must be written so.
         """
         if not records:
-            return
+            return {}
         producer = await self.start()
         count = len(await producer.partitions_for(topic))
         by_partition: dict[int, list[Record]] = defaultdict(list)
@@ -90,12 +92,17 @@ class LogWriter:
             groups = [[item] for item in items] if one_per_batch else [items]
             for group in groups:
                 futures += await self._send_partition(producer, topic, partition, group)
-        await asyncio.gather(*futures)
+        written = await asyncio.gather(*(future for future, _ in futures))
+        ends: dict[int, int] = {}
+        for metadata, (_, count) in zip(written, futures, strict=True):
+            end = metadata.offset + count
+            ends[metadata.partition] = max(end, ends.get(metadata.partition, end))
+        return ends
 
     @staticmethod
     async def _send_partition(
         producer: AIOKafkaProducer, topic: str, partition: int, records: list[Record]
-    ) -> list[asyncio.Future[object]]:
+    ) -> list[tuple[asyncio.Future[Any], int]]:
         futures = []
         batch = producer.create_batch()
         for record in records:
@@ -110,8 +117,10 @@ class LogWriter:
             ):
                 if batch.record_count() == 0:
                     raise ValueError(f"a record of {len(record.value)} bytes does not fit a batch")
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
+                sent = await producer.send_batch(batch, topic, partition=partition)
+                futures.append((sent, batch.record_count()))
                 batch = producer.create_batch()
         if batch.record_count():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
+            sent = await producer.send_batch(batch, topic, partition=partition)
+            futures.append((sent, batch.record_count()))
         return futures

