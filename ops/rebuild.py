@@ -79,11 +79,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as ProgressBar
 
 from engram.service import Problem, problem
-from schemas import BadEvent, Codec, DerivedEvent, MemoryEmbedded, SubjectErased
+from schemas import BadEvent, Codec, DerivedEvent, MemoryCreated, MemoryEmbedded, SubjectErased
 from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
+from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
-from streams.vectors import Op, apply_operations, operations
+from streams.logwriter import LogWriter, Record
+from streams.vectors import Op, apply_operations, embedded_event, millis, operations
 
 log = logging.getLogger("engram.rebuild")
 
@@ -297,6 +299,10 @@ class Projection(Protocol):
 
     async def prepare(self, progress: Progress) -> None: ...
     async def apply(self, events: list[DerivedEvent]) -> int: ...
+    async def complete(self, progress: Progress) -> None:
+        """Before the swap, once caught up: what the log alone did not give."""
+        ...
+
     def barrier(self) -> contextlib.AbstractContextManager[Any]: ...
     async def swap(self, progress: Progress) -> None: ...
     async def finish(self, progress: Progress) -> None: ...
@@ -337,6 +343,9 @@ class ClickHouseProjection:
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
+    async def complete(self, progress: Progress) -> None:
+        return None  # every row comes from the log
+
     async def swap(self, progress: Progress) -> None:
         version, h = self.version, self.history
         assert version is not None
@@ -360,6 +369,68 @@ class ClickHouseProjection:
             progress.building = None
 
 
+class EmbeddingStage:
+    """The embedding stage of a vector rebuild: the ``memory.created`` whose log holds
+    no ``memory.embedded`` of the model (the stack's model was changed) are embedded and
+    their vectors published to the derived log (so the next rebuild replays them), as
+    the live ``engram.embed`` agent does; what an erasure removed is not embedded."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        topic: str,
+        make_writer: Callable[[], Awaitable[tuple[LogWriter, Codec]]],
+        batch: int = 256,
+    ) -> None:
+        self.embedder = embedder
+        self.topic = topic
+        self.make_writer = make_writer
+        self.batch = batch
+        self.pending: dict[str, MemoryCreated] = {}
+
+    def note(self, events: Sequence[DerivedEvent]) -> None:
+        """Follow the log: creations wait for their vector of the model."""
+        for event in events:
+            if isinstance(event, MemoryCreated):
+                self.pending[event.body.memory_id] = event
+            elif isinstance(event, MemoryEmbedded) and event.body.model == self.embedder.name:
+                self.pending.pop(event.body.memory_id, None)
+            elif isinstance(event, SubjectErased):
+                owners = (
+                    {event.body.subject, None}
+                    if event.body.subject == event.agent_id
+                    else {event.body.subject}
+                )
+                for memory_id, created in list(self.pending.items()):
+                    if created.agent_id == event.agent_id and created.user_id in owners:
+                        del self.pending[memory_id]
+
+    async def run(self) -> list[MemoryEmbedded]:
+        """Embed and publish every pending memory, in batches; return the records."""
+        writer, codec = await self.make_writer()
+        out: list[MemoryEmbedded] = []
+        loop = asyncio.get_running_loop()
+        try:
+            todo = list(self.pending.values())
+            for start in range(0, len(todo), self.batch):
+                created = todo[start : start + self.batch]
+                texts = [e.body.text for e in created]
+                vectors = await loop.run_in_executor(None, self.embedder.embed_passages, texts)
+                embedded = [
+                    embedded_event(e, self.embedder, v)
+                    for e, v in zip(created, vectors, strict=True)
+                ]
+                records = [
+                    Record(e.agent_id.encode(), codec.encode(e), millis(e)) for e in embedded
+                ]
+                await writer.send(self.topic, records)
+                out += embedded
+            self.pending.clear()
+            return out
+        finally:
+            await writer.stop()
+
+
 class VectorProjection:
     """The vector collection of one embedding model (``model``'s vectors only)."""
 
@@ -368,10 +439,17 @@ class VectorProjection:
     async def settled(self, progress: Progress) -> int:
         return 0  # the last pass and the swap ran with the live projection held
 
-    def __init__(self, index: VectorIndex, model: str, gate: threading.Lock | None = None) -> None:
+    def __init__(
+        self,
+        index: VectorIndex,
+        model: str,
+        gate: threading.Lock | None = None,
+        embedding: EmbeddingStage | None = None,
+    ) -> None:
         self.index = index
         self.model = model
         self.gate = gate
+        self.embedding = embedding
         self.version: int | None = None
         self.writer: VectorIndex | None = None
         self.swapped = False
@@ -387,6 +465,8 @@ class VectorProjection:
         self.writer = self.index.pinned(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
+        if self.embedding is not None:
+            self.embedding.note(events)
         changes = operations(events, self.model)
         ops, writer = coalesce(changes), self.writer
         assert writer is not None
@@ -394,6 +474,15 @@ class VectorProjection:
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(self.pool, lambda: apply_operations(writer, ops))
         return len(changes)
+
+    async def complete(self, progress: Progress) -> None:
+        """Embed the memories the log has no vector of this model for (the model was
+        changed): the embedding stage alone, recorded on the log like the live one's."""
+        if self.embedding is None or not self.embedding.pending:
+            return
+        progress.phase = f"embedding {len(self.embedding.pending)} memories with {self.model}"
+        embedded = await self.embedding.run()
+        progress.applied += await self.apply(list(embedded))
 
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
         return self.gate if self.gate is not None else contextlib.nullcontext()
@@ -526,6 +615,7 @@ async def rebuild(
         await catch_up()
         while reader.lag(await reader.ends()) >= CAUGHT_UP:
             await catch_up()
+        await projection.complete(progress)
         progress.state, progress.phase = "swapping", "last pass and swap"
         with projection.barrier():
             await catch_up()
@@ -656,7 +746,11 @@ class Rebuilds:
         settle_s: float = 30.0,
         open_event: OpenEvent | None = None,
         busy: Callable[[], str | None] = lambda: None,
+        embedder: Embedder | None = None,
+        make_writer: Callable[[], Awaitable[tuple[LogWriter, Codec]]] | None = None,
     ) -> None:
+        self.embedder = embedder
+        self.make_writer = make_writer
         self.open_event = open_event
         self.busy = busy
         self.bootstrap = bootstrap
@@ -673,7 +767,12 @@ class Rebuilds:
             return ClickHouseProjection(self.history, settle_s=self.settle_s)
         if self.vectors is None or self.model is None:
             raise LookupError("this stack has no vector store")
-        return VectorProjection(self.vectors.inner, self.model, self.vectors.gate)
+        stage = (
+            EmbeddingStage(self.embedder, self.topic, self.make_writer)
+            if self.embedder is not None and self.make_writer is not None
+            else None
+        )
+        return VectorProjection(self.vectors.inner, self.model, self.vectors.gate, stage)
 
     def running(self) -> str | None:
         """Why a reprocess must wait (a rebuild runs), or None."""

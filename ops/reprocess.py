@@ -610,10 +610,9 @@ class Reprocess:
         if self.writer is not None:
             with contextlib.suppress(Exception):
                 await self.writer.stop()
-        keys = self.keys
-        if keys is not None and keys.ring is not None:
+        if self.keys is not None:
             with contextlib.suppress(Exception):
-                await keys.ring.stop()
+                await self.keys.close()
 
 
 def _position(source: str) -> tuple[int, int]:

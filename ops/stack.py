@@ -52,6 +52,7 @@ from sinks.vectors import VectorIndex, open_index
 from streams import faults
 from streams.app import create_app, create_topics
 from streams.ingest import WorkerKeys, register_ingest
+from streams.logwriter import LogWriter
 from streams.pipeline import register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
@@ -89,6 +90,16 @@ def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, Sealing
         else None
     )
     return WorkerKeys(ring), SealingCodec(ring, max_bytes=settings.max_event_bytes)
+
+
+async def embedding_writer(settings: Settings, bootstrap: str) -> tuple[LogWriter, Codec]:
+    """A writer (and codec) for the ``memory.embedded`` records a vector rebuild makes:
+    sealed under keys of its own, which it closes when it stops, when sealing is on."""
+    if not settings.sealing:
+        return LogWriter(bootstrap), Codec(max_bytes=settings.max_event_bytes)
+    keys, codec = worker_keys(settings, bootstrap)
+    await keys.ready()  # the keys made before: a record is sealed under its subject's key
+    return keys.writer(bootstrap, owns_keys=True), codec
 
 
 def build_worker_app(
@@ -315,6 +326,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
             model=embedder.name,
             open_event=open_event,
             busy=reprocesses.running,
+            embedder=embedder,
+            make_writer=lambda: embedding_writer(settings, bootstrap),
         )
         reprocesses.busy = rebuilds.running
         info: dict[str, Any] = {

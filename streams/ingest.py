@@ -72,17 +72,32 @@ class WorkerKeys:
             await self.ready()
             await self.ring.flush()
 
-    def writer(self, bootstrap: str) -> LogWriter:
-        return KeyedWriter(bootstrap, self)
+    async def close(self) -> None:
+        """Stop the keyring, if it was started."""
+        async with self._lock:
+            if self.ring is not None and self._started:
+                await self.ring.stop()
+                self._started = False
+
+    def writer(self, bootstrap: str, *, owns_keys: bool = False) -> LogWriter:
+        """A writer that writes the keys made before the records; ``owns_keys``: its
+        :meth:`~LogWriter.stop` closes these keys too."""
+        return KeyedWriter(bootstrap, self, owns_keys=owns_keys)
 
 
 class KeyedWriter(LogWriter):
     """A :class:`LogWriter` whose :meth:`send` first writes the keys made since the
     last send (so no sealed event is ever published before its key)."""
 
-    def __init__(self, bootstrap: str, keys: WorkerKeys) -> None:
+    def __init__(self, bootstrap: str, keys: WorkerKeys, *, owns_keys: bool = False) -> None:
         super().__init__(bootstrap)
         self.keys = keys
+        self.owns_keys = owns_keys
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.owns_keys:
+            await self.keys.close()
 
     async def send(
         self, topic: str, records: Sequence[Record], *, one_per_batch: bool = False

