@@ -314,6 +314,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
             make_keys=(lambda: worker_keys(settings, bootstrap)) if settings.sealing else None,
         )
         live = asyncio.run(recover(parts))
+        if restored:  # a fresh broker: the derived topic is folded again from the start
+            live = live.model_copy(update={"memory_starts": {}})
         if live.generation:
             say(f"derivation: generation {live.generation} ({live.version}) on {live.memory_topic}")
         recaller = Recaller(index, embedder, config=live.config)
