@@ -187,6 +187,13 @@ class AgentMemory:
             return DUPLICATE
         return Step(self.seq, self._derive(event, fields, source))
 
+    def take_place(self, event_id: UUID) -> int | None:
+        """An event whose content is gone (sealed under an erased subject's destroyed
+        key) keeps its place: it takes the next sequence number and derives nothing, so
+        a replay after an erasure numbers the agent's other events as the fold that met
+        them first did. None for a duplicate of a recent id."""
+        return self.seq if self._count(event_id.int) else None
+
     def seen(self, event: Event) -> bool:
         """Whether ``event`` is a duplicate of a recent one (folding it does nothing)."""
         return event.event_id.int in self.recent_set

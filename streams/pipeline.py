@@ -66,7 +66,7 @@ from schemas import (
     Model,
     SubjectErasureRequested,
 )
-from schemas.sealed import SealingCodec
+from schemas.sealed import SealedEnvelope, SealingCodec
 from sinks.clickhouse import ArchivedEvent, Checkpoint, ClickHouseHistory, SequencedEvent
 from streams import faults
 from streams.app import Topics
@@ -266,15 +266,18 @@ class Folder:
 
     def _fold_one(self, message: Any, result: FoldResult) -> bool:
         """Fold one message: clear or sealed bytes (sealed ones open with the keys the
-        fold agent covered the batch with, so no UnknownKey here); a shredded event is
-        processed as nothing (acked with its batch, nothing applied or archived).
+        fold agent covered the batch with, so no UnknownKey here); a shredded event takes
+        its agent's next sequence number and nothing else (nothing applied or archived):
+        a replay after an erasure numbers the other events as the first fold did.
         False: a rollback or fork whose past must be read first (``result.wanted``)."""
         raw: bytes = message.value or b""
         source = f"{message.topic}:{message.partition}:{message.offset}"
         try:
             event = _open(self.codec, raw)
-            if event is None:
-                return True  # sealed under a destroyed key: the subject is erased
+            if event is None:  # sealed under a destroyed key: the subject is erased
+                assert isinstance(self.codec, SealingCodec)
+                self._hold_place(self.codec.envelope(raw), message, result)
+                return True
             payload = raw if raw[:2] == b"\xc3\x01" else _clear(self.codec, event)
         except BadEvent as bad:
             result.dead.append(DeadLetter(message.key, raw, bad.reason, source))
@@ -290,6 +293,15 @@ class Folder:
                 self._apply(erasure, _clear(self.codec, erasure), message, raw, source, result)
             return True
         return self._apply(event, payload, message, raw, source, result)
+
+    def _hold_place(self, envelope: SealedEnvelope, message: Any, result: FoldResult) -> None:
+        """A shredded event's place in its agent's sequence (see :meth:`_fold_one`)."""
+        live = self.agent(envelope.agent_id)
+        if message.offset <= live.positions.get(message.partition, -1):
+            return  # redelivered
+        live.memory.take_place(envelope.event_id)
+        live.positions[message.partition] = message.offset
+        result.touched.setdefault(envelope.agent_id, message.partition)
 
     def _apply(
         self,
