@@ -85,27 +85,15 @@ def run_sql(
 
 
 # -- the second road: a snapshot as of T from the history alone -------------------------
-#
-# Every query reads one agent's rows with ``occurred_at <= T``. Derived changes carry
-# the time of the event that made them, so for a log whose event times never go back
-# these are exactly the changes of the log's prefix up to T: what the fold of that
-# prefix (the first road, :func:`engram.snapshot.take_snapshot`) holds.
 
 _AS_OF = "agent_id = {a:String} AND occurred_at <= {t:DateTime64(3, 'UTC')}"
 
-POSITION_SQL = f"""
-SELECT count() AS folded, max(seq) AS last_seq, argMax(occurred_at, seq) AS last_at
-FROM events FINAL
-WHERE {_AS_OF}"""
-"""How many archived events occurred by T, the last one's sequence and time."""
-
-MEMORIES_SQL = f"""
-SELECT
-    m.memory_id, m.created, m.owner, m.created_change_at, m.strength, m.last_reinforced,
-    m.last_review, m.reinforcements, m.lapses, m.invalidated, m.promoted, e.ended_at
+_MEMORIES = """
+SELECT key, created, owner, created_change_at, strength, last_reinforced, last_review,
+       reinforcements, lapses, invalidated, promoted, ended_at, anchor, made AND NOT gone
 FROM (
     SELECT
-        memory_id,
+        if(type = 'episode.closed', JSONExtractString(body, 'episode_id'), memory_id) AS key,
         argMaxIf(body, (seq, idx), type = 'memory.created') AS created,
         argMaxIf(user_id, (seq, idx), type = 'memory.created') AS owner,
         argMaxIf(occurred_at, (seq, idx), type = 'memory.created') AS created_change_at,
@@ -117,27 +105,26 @@ FROM (
         countIf(type = 'memory.weakened') AS lapses,
         maxIf(JSONExtractBool(body, 'invalidated'), type = 'memory.weakened') AS invalidated,
         countIf(type = 'memory.promoted') > 0 AS promoted,
+        anyIf(JSONExtractString(body, 'ended_at'), type = 'episode.closed') AS ended_at,
         if(JSONExtractString(created, 'kind') = 'semantic',
-           JSONExtractString(created, 'sources', 1), memory_id) AS anchor
-    FROM memory_changes FINAL
-    WHERE {_AS_OF} AND memory_id != '' AND type IN (
+           JSONExtractString(created, 'sources', 1), key) AS anchor,
+        countIf(type = 'memory.created') > 0 AS made,
+        countIf(type = 'memory.forgotten') > 0 AS gone
+    FROM changes
+    WHERE type = 'episode.closed' OR (memory_id != '' AND type IN (
         'memory.created', 'memory.reinforced', 'memory.weakened', 'memory.promoted',
-        'memory.forgotten')
-    GROUP BY memory_id
-    HAVING countIf(type = 'memory.created') > 0 AND countIf(type = 'memory.forgotten') = 0
-) AS m
-LEFT ANY JOIN (
-    SELECT JSONExtractString(body, 'episode_id') AS episode_id,
-           JSONExtractString(body, 'ended_at') AS ended_at
-    FROM memory_changes FINAL
-    WHERE {_AS_OF} AND type = 'episode.closed'
-) AS e ON e.episode_id = m.anchor
-ORDER BY m.memory_id"""
-"""The memories created and not forgotten by T, with what their retention needs: the
-latest strength, the reinforcements and lapses, and, for an episode (or the first
-source episode of a semantic memory), the episode's end, which dates the memory."""
+        'memory.forgotten'))
+    GROUP BY key
+)
+WHERE (made AND NOT gone) OR ended_at != ''"""
+"""In one pass, grouped by memory (an episode's ``episode.closed`` with the memory of
+the episode, keyed by its id): the memories created and not forgotten by T (the last
+column true) with what their retention needs: the latest strength, the
+reinforcements and lapses, and the memory's anchor, the episode whose end dates it
+(its own, or the first source episode of a semantic memory); and every episode closed
+by T with its end (:func:`_memories` joins the anchors to them)."""
 
-LATEST_SQL = f"""
+_LATEST = """
 SELECT type, seq, idx, session_id, user_id, body, source_event_id
 FROM (
     SELECT
@@ -151,51 +138,81 @@ FROM (
                 '')
             ORDER BY seq DESC, idx DESC
         ) AS rank
-    FROM memory_changes FINAL
-    WHERE {_AS_OF} AND (
-        type IN ('persona.versioned', 'fact.set', 'skill.updated')
+    FROM changes
+    WHERE type IN ('persona.versioned', 'fact.set', 'skill.updated')
         OR (type = 'episode.closed'
-            AND ({{u:Nullable(String)}} IS NULL OR user_id = {{u:Nullable(String)}})))
+            AND ({u:Nullable(String)} IS NULL OR user_id = {u:Nullable(String)}))
 )
-WHERE rank <= if(type = 'episode.closed', {{n:UInt32}}, 1)"""
-"""In one scan: the persona version in force at T, the latest ``fact.set`` of every
+WHERE rank <= if(type = 'episode.closed', {n:UInt32}, 1)"""
+"""In one pass: the persona version in force at T, the latest ``fact.set`` of every
 key (a null value: retracted), every skill's latest record and the latest ``n``
 episodes closed by T (of one user when given)."""
 
-WORKING_SQL = f"""
-SELECT d.seq, d.idx, d.session_id, d.occurred_at, d.body, e.source_type
+_WORKING = """
+SELECT seq, idx, session_id, occurred_at, body, position(body, '"added":[]') > 0 AS blank,
+       at_key > greatest(own_reset, expired_at) AS after_reset
 FROM (
     SELECT
-        seq, idx, session_id, occurred_at, body, bitShiftLeft(seq, 16) + idx AS at_key,
-        max(if(position(body, '"cleared":true') > 0, at_key, 0))
-            OVER (PARTITION BY session_id) AS own_reset
-    FROM memory_changes FINAL
-    WHERE {_AS_OF} AND type = 'working.updated' AND session_id IS NOT NULL
-) AS d
-LEFT ANY JOIN (
-    SELECT sid, max(bitShiftLeft(seq, 16) + idx) AS expired_at
+        seq, idx, session_id, occurred_at, body, own, at_key,
+        max(if(own AND position(body, '"cleared":true') > 0, at_key, 0))
+            OVER (PARTITION BY sid) AS own_reset,
+        max(if(own, 0, at_key)) OVER (PARTITION BY sid) AS expired_at
     FROM (
-        SELECT arrayJoin(JSONExtract(body, 'expired', 'Array(String)')) AS sid, seq, idx
-        FROM memory_changes FINAL
-        WHERE {_AS_OF} AND type = 'working.updated' AND session_id IS NULL
+        SELECT
+            seq, idx, session_id, occurred_at, body, bitShiftLeft(seq, 16) + idx AS at_key,
+            session_id IS NOT NULL AS own,
+            arrayJoin(if(own, [assumeNotNull(session_id)],
+                         JSONExtract(body, 'expired', 'Array(String)'))) AS sid
+        FROM changes
+        WHERE type = 'working.updated'
     )
-    GROUP BY sid
-) AS x ON x.sid = assumeNotNull(d.session_id)
-LEFT ANY JOIN (
-    SELECT seq, type AS source_type FROM events FINAL
-    WHERE {_AS_OF} AND type IN ('session.started', 'working.set')
-) AS e ON e.seq = d.seq
-WHERE d.at_key > greatest(d.own_reset, x.expired_at)
-   OR (d.at_key = d.own_reset AND d.own_reset > x.expired_at
-       AND (position(d.body, '"added":[]') = 0 OR e.source_type != ''))
-ORDER BY d.seq, d.idx"""
-"""The working-memory deltas that matter at T: those of each session since it was
-last cleared (at its end, an idle expiry or a reopening), with the type of the event
-that made a delta when that was a ``session.started`` or ``working.set`` (the one
-thing a delta cannot tell: a cleared session that such an event opened afresh).
-A body is compact JSON (``model_dump_json``), where ``"cleared":true`` and
-``"added":[]`` can only be the top-level fields (quotes inside strings are escaped),
-so a substring test stands for parsing it."""
+)
+WHERE own AND (at_key > greatest(own_reset, expired_at)
+               OR (at_key = own_reset AND own_reset > expired_at))"""
+"""In one pass, every session's working-memory deltas that matter at T: those since it
+was last cleared (at its end, an idle expiry listed by a session-less delta, or a
+reopening). The delta that cleared it comes with ``after_reset`` false and whether it
+added no turn (``blank``): such a delta matters only when a ``session.started`` or
+``working.set`` made it (:func:`_deltas`: the one thing a delta cannot tell, a cleared
+session that such an event opened afresh). A body is compact JSON
+(``model_dump_json``), where ``"cleared":true`` and ``"added":[]`` can only be the
+top-level fields (quotes inside strings are escaped), so a substring test stands for
+parsing it."""
+
+SNAPSHOT_SQL = f"""
+WITH
+    changes AS (
+        SELECT seq, idx, type, session_id, user_id, occurred_at, memory_id, body,
+               source_event_id
+        FROM memory_changes FINAL
+        WHERE {_AS_OF}
+    ),
+    raw AS (
+        SELECT seq, type, occurred_at FROM events FINAL WHERE {_AS_OF}
+    )
+SELECT
+    (SELECT tuple(count(), max(seq), argMax(occurred_at, seq),
+                  groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
+     FROM raw) AS position,
+    (SELECT groupArray(tuple(*)) FROM ({_MEMORIES})) AS memories,
+    (SELECT groupArray(tuple(*)) FROM ({_LATEST})) AS latest,
+    (SELECT groupArray(tuple(*)) FROM ({_WORKING})) AS working"""
+"""The second road in one round trip: four parts over one agent's changes and
+archived events that occurred by T (``changes``, ``raw``) come back as the columns of
+one row. (Not ``AS MATERIALIZED``: chdb 26.9 loses rows when a materialised CTE has
+this many readers. No ``SETTINGS`` either: the read-only endpoint of ``engram up``
+refuses a query that changes one.)
+
+* ``position``: how many archived events occurred by T, the last one's sequence and
+  time, and the sequence and type of those that were a ``session.started`` or a
+  ``working.set``;
+* ``memories``: :data:`_MEMORIES`; ``latest``: :data:`_LATEST`; ``working``:
+  :data:`_WORKING`, each an array of its rows (in no order: they are sorted here).
+
+Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
+time of the event that made them, so for a log whose event times never go back these
+are exactly the changes of the log's prefix up to T: what the fold of that prefix (the
+first road, :func:`engram.snapshot.take_snapshot`) holds."""
 
 EPISODES_SQL = f"""
 SELECT seq, session_id, user_id, body
@@ -251,24 +268,27 @@ def history_snapshot(
     config = config or MemoryConfig()
     at = as_of.astimezone(UTC)
     where = {"a": agent_id, "t": at}
-    (count, seq, last_at), *_ = _rows(client, POSITION_SQL, where)
+    [(found, memory_rows, latest_rows, working_rows)] = _rows(
+        client, SNAPSHOT_SQL, {**where, "u": user_id, "n": episodes}
+    )
+    count, seq, last_at, opening = found
     if not count:
         raise UnknownAgent(
             f"no events of agent {agent_id!r} in the history at or before {at.isoformat()}"
         )
     position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
-    items = [_memory_of(row, at, config) for row in _rows(client, MEMORIES_SQL, where)]
+    items = [_memory_of(row, at, config) for row in _memories(memory_rows)]
     counts = {"L2": 0, "L3": 0}
     for item in items:
         counts[item.layer] += 1
     latest: dict[str, list[tuple[Any, ...]]] = {}
-    for row in _rows(client, LATEST_SQL, {**where, "u": user_id, "n": episodes}):
-        latest.setdefault(row[0], []).append(row[1:])
+    for row in latest_rows:
+        latest.setdefault(row[0], []).append(tuple(row[1:]))
     facts = (fact_of(body, at) for *_, body, _ in latest.get("fact.set", []))
     skills = (SkillRecord.model_validate_json(row[4]) for row in latest.get("skill.updated", []))
     closed = sorted(latest.get("episode.closed", []), reverse=True)
     persona = latest.get("persona.versioned")
-    sessions = sessions_from_deltas(_rows(client, WORKING_SQL, where), config.working_turns)
+    sessions = sessions_from_deltas(_deltas(working_rows, opening), config.working_turns)
     return Snapshot(
         agent_id=agent_id,
         user_id=user_id,
@@ -475,6 +495,29 @@ class _Session:
             compressed=self.compressed,
             last_at=self.last_at,
         )
+
+
+def _memories(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """The live memories of :data:`_MEMORIES`' rows, by memory id, each with the end of
+    its anchor episode ('' when that episode is not closed by T) in place of the anchor."""
+    ends = {row[0]: row[11] for row in rows if row[11]}
+    live = sorted((row for row in rows if row[13]), key=lambda row: str(row[0]))
+    return [(*row[:11], ends.get(row[12], "")) for row in live]
+
+
+def _deltas(
+    rows: Iterable[Sequence[Any]], opening: Iterable[tuple[int, str]]
+) -> list[tuple[Any, ...]]:
+    """:data:`_WORKING`'s rows as :func:`sessions_from_deltas` reads them, in log order,
+    each with the type of the event that made it when that opens a session (else ''),
+    without the clearing deltas that added no turn and that no such event made."""
+    opened = {int(seq): str(kind) for seq, kind in opening}
+    out = []
+    for seq, idx, session_id, occurred_at, body, blank, after_reset in rows:
+        source = opened.get(int(seq), "")
+        if after_reset or not blank or source:
+            out.append((seq, idx, session_id, occurred_at, body, source))
+    return sorted(out, key=lambda row: (row[0], row[1]))
 
 
 def _rows(client: Client, query: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:

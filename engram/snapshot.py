@@ -11,12 +11,16 @@ Two ways to the same state, both exact:
   ClickHouse history with every flush (``agent_states``) and folds the archived
   events after it, if any;
 * a snapshot ``as_of`` a moment folds the agent's archived events that occurred
-  at or before that moment, from the first, in sequence order. It is the same fold
-  the worker ran, so it needs no model, no vector and no clock; its episodes are
+  at or before that moment, in sequence order, as from the first one. It is the same
+  fold the worker ran, so it needs no model, no vector and no clock; its episodes are
   the ones the fold closed, its memories carry their retention at that moment.
   (For a log whose event times never go back, that is exactly the log's prefix up
   to the moment; :mod:`engram.history` answers the same question from the
-  ClickHouse history alone, the second road.)
+  ClickHouse history alone, the second road.) It starts from the last checkpoint
+  the worker kept by position (``agent_checkpoints``) before the moment's cut when
+  one is exactly what the fold from the first event holds there
+  (:func:`replay_start`), and folds only the events after it: the same result,
+  byte for byte, without folding the whole log.
 
 Everything in a :class:`Snapshot` is JSON-serialisable (``model_dump(mode="json")``).
 """
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from engram.results import DEFAULT_EPISODES, Position, Snapshot, SnapshotMemory
@@ -41,7 +47,7 @@ from schemas import (
     MemoryForked,
     MemoryRolledBack,
 )
-from sinks.clickhouse import ClickHouseHistory
+from sinks.clickhouse import ArchivedEvent, Checkpoint, ClickHouseHistory, LogPrefix
 from sinks.keys import OpenEvent
 
 
@@ -84,7 +90,9 @@ def take_snapshot(
     if episodes < 0:
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
-    memory, position, closed = _fold(history, agent_id, as_of, config, open_event)
+    read = open_event or _clear_reader()
+    folded = _fold(history, agent_id, as_of, config, read)
+    memory, position, closed = folded.memory, folded.position, folded.closed
     if position.seq < 0:
         when = "" if as_of is None else f" at or before {as_of.isoformat()}"
         raise UnknownAgent(f"no events of agent {agent_id!r} in the history{when}")
@@ -95,6 +103,9 @@ def take_snapshot(
         tail = episode_tail(history.client, agent_id, user_id=user_id, as_of=None, limit=episodes)
     else:
         mine = [e for e in reversed(closed) if user_id is None or e["user_id"] == user_id]
+        if len(mine) < episodes and folded.before is not None:
+            more = episodes - len(mine)
+            mine += _episodes_before(history, agent_id, folded.before, user_id, more, config, read)
         tail = mine[:episodes]
     retention_at = as_of or position.last_event_at
     listed = as_of is not None if list_memories is None else list_memories
@@ -119,51 +130,208 @@ def take_snapshot(
     )
 
 
+@dataclass
+class _Run:
+    """A fold in progress over archived rows: the memory, the last event folded (its
+    sequence and time), how many were folded and skipped, the episodes it closed."""
+
+    memory: AgentMemory
+    last_seq: int
+    last_at: datetime | None = None
+    folded: int = 0
+    skipped: int = 0
+    closed: list[dict[str, Any]] = field(default_factory=list)
+
+    def fold(
+        self, rows: Iterable[ArchivedEvent], history: ClickHouseHistory, read: OpenEvent
+    ) -> None:
+        """Fold ``rows`` (in sequence order) as the worker folded them."""
+        for archived in rows:
+            event = _opened(read, archived.payload)
+            if event is None:  # bad, or sealed under a destroyed key (an erased subject)
+                self.skipped += 1
+                continue
+            step = _step(self.memory, event, history, read)
+            if step.seq is None:
+                continue  # a duplicate: the worker dropped it too
+            self.folded += 1
+            self.last_at, self.last_seq = archived.occurred_at, archived.seq
+            self.closed.extend(
+                episode_record(d.body, d.session_id, d.user_id, archived.seq)
+                for d in step.derived
+                if isinstance(d, EpisodeClosed)
+            )
+
+
+@dataclass(frozen=True)
+class _Folded:
+    """A fold's result; ``closed``: every episode it closed, oldest first, None when it
+    started from the latest checkpoint; ``before``: the sequence of the kept checkpoint
+    a fold as of a moment started from (the episodes closed up to it are not in
+    ``closed``), None when it started from the first event."""
+
+    memory: AgentMemory
+    position: Position
+    closed: list[dict[str, Any]] | None
+    before: int | None
+
+
 def _fold(
     history: ClickHouseHistory,
     agent_id: str,
     as_of: datetime | None,
     config: MemoryConfig,
-    open_event: OpenEvent | None = None,
-) -> tuple[AgentMemory, Position, list[dict[str, Any]] | None]:
-    """The fold up to ``as_of``, its position and, when it started from the first
-    event (not from a checkpoint), every episode it closed, oldest first."""
-    start = history.checkpoint(agent_id) if as_of is None else None
-    if start is not None:
-        # the checkpoint is the worker's stored state: {"memory": ..., "positions": ...}
-        state = AgentState.model_validate(json.loads(start.state)["memory"])
+    read: OpenEvent,
+) -> _Folded:
+    """The fold up to ``as_of`` (None: every archived event, from the latest checkpoint)."""
+    if as_of is None:
+        return _fold_latest(history, agent_id, config, read)
+    start = replay_start(history, agent_id, as_of, config, read)
+    if start is None:
+        run = _Run(AgentMemory(AgentState(agent_id=agent_id), config), last_seq=-1)
     else:
-        state = AgentState(agent_id=agent_id)
-    memory = AgentMemory(state, config)
-    closed: list[dict[str, Any]] | None = None if start is not None else []
-    read = open_event or Codec().decode
-    folded = skipped = 0
-    last_at: datetime | None = None
-    last_seq = memory.seq
-    for archived in history.agent_log(agent_id, after_seq=memory.seq, until=as_of):
-        try:
-            event = read(archived.payload)
-        except BadEvent:
-            event = None
-        if event is None:  # bad, or sealed under a destroyed key (an erased subject)
-            skipped += 1
-            continue
-        step = _step(memory, event, history, read)
-        if step.seq is None:
-            continue  # a duplicate: the worker dropped it too
-        folded += 1
-        last_at, last_seq = archived.occurred_at, archived.seq
-        if closed is not None:
-            closed.extend(
-                episode_record(d.body, d.session_id, d.user_id, last_seq)
-                for d in step.derived
-                if isinstance(d, EpisodeClosed)
-            )
-    if last_at is None and start is not None:
-        last_at = _last_event_at(history, agent_id, memory.seq)
-        last_seq = memory.seq
-    position = Position(seq=last_seq, last_event_at=last_at, events_folded=folded, skipped=skipped)
-    return memory, position, closed
+        run = _Run(AgentMemory(start.state, config), start.seq, start.last_at, start.events)
+    run.fold(history.agent_log(agent_id, after_seq=run.last_seq, until=as_of), history, read)
+    position = Position(
+        seq=run.last_seq, last_event_at=run.last_at, events_folded=run.folded, skipped=run.skipped
+    )
+    return _Folded(run.memory, position, run.closed, None if start is None else start.seq)
+
+
+def _fold_latest(
+    history: ClickHouseHistory, agent_id: str, config: MemoryConfig, read: OpenEvent
+) -> _Folded:
+    """From the worker's latest checkpoint (or the first event) to the archive's end;
+    ``events_folded`` counts the events after the checkpoint."""
+    start = history.checkpoint(agent_id)
+    state = _state_of(start) if start is not None else AgentState(agent_id=agent_id)
+    run = _Run(AgentMemory(state, config), last_seq=state.seq)
+    run.fold(history.agent_log(agent_id, after_seq=state.seq), history, read)
+    if run.last_at is None and start is not None:
+        run.last_at = _last_event_at(history, agent_id, state.seq)
+    position = Position(
+        seq=run.last_seq, last_event_at=run.last_at, events_folded=run.folded, skipped=run.skipped
+    )
+    return _Folded(run.memory, position, None if start is not None else run.closed, None)
+
+
+@dataclass(frozen=True)
+class Start:
+    """A kept checkpoint a replay as of a moment starts from: the fold's state after
+    the event with sequence ``seq``, which occurred at ``last_at``; ``events``: how
+    many events the fold from the first one had folded by then (``seq + 1``)."""
+
+    state: AgentState
+    seq: int
+    last_at: datetime | None
+    events: int
+
+
+def replay_start(
+    history: ClickHouseHistory,
+    agent_id: str,
+    as_of: datetime,
+    config: MemoryConfig,
+    read: OpenEvent,
+) -> Start | None:
+    """The kept checkpoint (``agent_checkpoints``) a replay as of ``as_of`` starts from,
+    or None: start from the first event.
+
+    Exact by construction: the fold from the checkpoint then gives, byte for byte, what
+    the fold from the first event gives, because the checkpoint is the fold state of
+    the very events that fold would read before it. It is used only when
+
+    * it was made under ``config`` (same version, so same parameters);
+    * every archived event up to it occurred at or before ``as_of`` (the replay cuts
+      the log by event time, in sequence order: a checkpoint after an event that
+      occurred later than ``as_of`` holds an event the replay leaves out);
+    * the agent has no erasure receipt (the archive lost rows the checkpoints folded);
+    * the archive holds every sequence from 0 up to it (none purged) and ``read`` opens
+      them all: one sealed event per subject is opened (a subject's events open with
+      its keys, or none does once they are destroyed), the clear ones were decoded by
+      the fold that archived them;
+    * a log that begins with a ``memory.forked`` has its source's past, up to the
+      fork's sequence, whole and open to ``read`` the same way (a rollback's past is
+      the agent's own prefix, checked already).
+
+    Otherwise (and when the checkpoint's state is not of this agent at that sequence)
+    the replay starts from the first event: slower, never different.
+    """
+    found = history.retained_checkpoint(agent_id, config.version, until=as_of)
+    if found is None:
+        return None
+    prefix = history.log_prefix(agent_id, found.seq)
+    if not _intact(history, prefix, read):
+        return None
+    state = _state_of(found)
+    if state.agent_id != agent_id or state.seq != found.seq:
+        return None
+    return Start(state, found.seq, prefix.last_at, prefix.events)
+
+
+def _intact(history: ClickHouseHistory, prefix: LogPrefix, read: OpenEvent) -> bool:
+    """Whether ``prefix`` is whole and open to ``read`` (see :func:`replay_start`), and
+    so is the past of the source it forks from, if it does."""
+    if not prefix.whole or not all(_opened(read, raw) is not None for raw in prefix.sealed):
+        return False
+    if prefix.first_type != MemoryForked.TYPE:
+        return True
+    first = next(iter(history.agent_log(prefix.agent_id, upto_seq=0)), None)
+    fork = None if first is None else _opened(read, first.payload)
+    if not isinstance(fork, MemoryForked):
+        return False
+    source = history.log_prefix(fork.body.source_agent_id, fork.body.source_seq)
+    return _intact(history, source, read)
+
+
+def _episodes_before(
+    history: ClickHouseHistory,
+    agent_id: str,
+    before: int,
+    user_id: str | None,
+    need: int,
+    config: MemoryConfig,
+    read: OpenEvent,
+) -> list[dict[str, Any]]:
+    """The last ``need`` episodes (of ``user_id`` when given) closed at or before
+    sequence ``before``, newest first, as the fold from the first event closes them:
+    each stretch between two kept checkpoints is folded again from the earlier one
+    (the first stretch from the first event), the latest stretch first, until enough
+    are found. ``before`` is a checkpoint :func:`replay_start` accepted, so the events
+    up to it are whole and open, and so are the kept checkpoints before it."""
+    found: list[dict[str, Any]] = []
+    upto = before
+    while len(found) < need and upto >= 0:
+        earlier = history.retained_checkpoint(agent_id, config.version, below=upto)
+        state = _state_of(earlier) if earlier is not None else AgentState(agent_id=agent_id)
+        if earlier is not None and state.seq != earlier.seq:
+            state = AgentState(agent_id=agent_id)
+        run = _Run(AgentMemory(state, config), last_seq=state.seq)
+        run.fold(history.agent_log(agent_id, after_seq=state.seq, upto_seq=upto), history, read)
+        found += [e for e in reversed(run.closed) if user_id is None or e["user_id"] == user_id]
+        upto = state.seq
+    return found[:need]
+
+
+@cache
+def _clear_reader() -> OpenEvent:
+    """The reader of clear payloads (one codec: making one loads every schema)."""
+    return Codec().decode
+
+
+def _state_of(checkpoint: Checkpoint) -> AgentState:
+    """A checkpoint's fold state: the worker stores ``{"memory": ..., "positions": ...}``
+    (``streams.pipeline.StoredState``), a bare ``AgentState`` is read as well."""
+    doc = json.loads(checkpoint.state)
+    return AgentState.model_validate(doc.get("memory", doc))
+
+
+def _opened(read: OpenEvent, payload: bytes) -> Event | None:
+    """The archived event, or None when ``read`` cannot open it (bad, or shredded)."""
+    try:
+        return read(payload)
+    except BadEvent:
+        return None
 
 
 def _step(memory: AgentMemory, event: Event, history: ClickHouseHistory, read: OpenEvent) -> Step:

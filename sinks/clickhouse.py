@@ -8,7 +8,16 @@ Guarantees:
 - durable when ``write`` returns (the insert has been acknowledged);
 - ordered per agent by ``seq``, which the processors assign in log order.
 
-The DDL is created and versioned by the sink itself (table ``engram_ddl``).
+The DDL is created and versioned by the sink itself (table ``engram_ddl``): a
+history made by an older version gets the new tables when it is next opened
+(:meth:`ClickHouseHistory.ensure_schema`).
+
+Checkpoints: every write carries the touched agents' fold states; the latest one per
+agent is ``agent_states`` (what the latest snapshot starts from), and about one every
+:data:`CHECKPOINT_EVERY` sequence numbers is also kept in ``agent_checkpoints`` with
+the config version that made it (what a replay as of a moment starts from, see
+:func:`engram.snapshot.replay_start`). A history from before them has none kept: its
+replays start from the first event until the worker has written new ones.
 
 Erasure: a ``subject.erased`` among the changes of a write purges the subject from
 the agent's history before the write returns (:mod:`sinks.clickhouse_erasure`) and
@@ -41,6 +50,7 @@ from clickhouse_connect.driver.client import Client
 
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
+from schemas.sealed import SEALED_HEADER
 from sinks.clickhouse_erasure import purge
 
 T = TypeVar("T")
@@ -268,7 +278,25 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             GROUP BY subject""",
         ),
     ),
+    (
+        6,
+        (
+            # Checkpoints of each agent's fold state kept by position (issue 5): about one
+            # every ``checkpoint_every`` sequence numbers, with the parameters that made
+            # them, so a replay as of T starts from the last one at or before T's cut.
+            """CREATE TABLE IF NOT EXISTS agent_checkpoints (
+                agent_id String,
+                config_version LowCardinality(String),
+                seq Int64,
+                state String CODEC(ZSTD(3))
+            ) ENGINE = ReplacingMergeTree
+            ORDER BY (agent_id, config_version, seq)""",
+        ),
+    ),
 )
+
+CHECKPOINT_EVERY = 500
+"""How many sequence numbers apart the retained checkpoints of an agent are, at least."""
 
 EVENT_COLUMNS = (
     "agent_id",
@@ -347,6 +375,31 @@ class Checkpoint:
     state: bytes
 
 
+RETAINED = ("agent_id", "config_version", "seq", "state")
+"""The columns of ``agent_checkpoints``."""
+
+
+@dataclass(frozen=True)
+class LogPrefix:
+    """An agent's archived events with ``seq <= upto``, as a replay starting after them
+    needs to know them: how many distinct sequences they hold (``upto + 1`` when none
+    is missing), when the one at ``upto`` occurred, the type of the first one (a
+    ``memory.forked`` folds another agent's past) and one sealed payload per subject (a
+    reader that opens it holds that subject's key)."""
+
+    agent_id: str
+    upto: int
+    events: int
+    last_at: datetime | None
+    first_type: str | None
+    sealed: list[bytes]
+
+    @property
+    def whole(self) -> bool:
+        """Whether every sequence from 0 to ``upto`` is in the archive."""
+        return self.events == self.upto + 1
+
+
 @dataclass(frozen=True)
 class SequencedEvent:
     """A raw event with the per-agent sequence the processors gave it and its
@@ -419,9 +472,20 @@ class ClickHouseHistory:
     (chdb embedded or a server). Calls run on ``executor`` when given (chdb wants
     one thread), else on the default executor."""
 
-    def __init__(self, client: Client, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        executor: Executor | None = None,
+        *,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+    ) -> None:
+        if checkpoint_every < 1:
+            raise ValueError("checkpoint_every must be 1 or more")
         self.client = client
         self.executor = executor
+        self.checkpoint_every = checkpoint_every
+        self._retained: dict[str, int] = {}
+        """Per agent, the sequence of the last checkpoint this writer retained."""
         self.purged: Callable[[str], None] | None = None
         """Called with each table's name as an erasure's purge finishes it (a hook
         for the crash tests; see :func:`sinks.clickhouse_erasure.purge`)."""
@@ -481,9 +545,29 @@ class ClickHouseHistory:
                 [[c.agent_id, c.seq, c.state] for c in checkpoints],
                 column_names=["agent_id", "seq", "state"],
             )
+            self._retain(checkpoints, changes)
         erasures = [c for c in changes if isinstance(c, SubjectErased)]
         if erasures:
             self.erase_many(erasures)
+
+    def _retain(self, checkpoints: Sequence[Checkpoint], changes: Sequence[DerivedEvent]) -> None:
+        """Keep, in ``agent_checkpoints``, each checkpoint that starts a new stretch of
+        ``checkpoint_every`` sequence numbers for its agent (the first one this writer
+        sees of an agent too), under the config version of the agent's changes in the
+        same write. A checkpoint whose agent has no change in the write is not kept: the
+        parameters that made it are unknown (a later one will be)."""
+        versions = {c.agent_id: c.config_version for c in changes}
+        every = self.checkpoint_every
+        kept: dict[str, list[Any]] = {}
+        for c in checkpoints:
+            version = versions.get(c.agent_id)
+            last = self._retained.get(c.agent_id)
+            if version is None or (last is not None and c.seq // every <= last // every):
+                continue
+            kept[c.agent_id] = [c.agent_id, version, c.seq, c.state]
+        if kept:
+            self.client.insert("agent_checkpoints", list(kept.values()), column_names=RETAINED)
+            self._retained |= {agent: int(row[2]) for agent, row in kept.items()}
 
     # -- erasure ----------------------------------------------------------
     def erase_sync(self, erased: SubjectErased) -> ErasureReceipt | None:
@@ -642,13 +726,63 @@ class ClickHouseHistory:
             after_agent, after_seq = rows[-1][0], int(rows[-1][1])
 
     def checkpoint(self, agent_id: str) -> Checkpoint | None:
-        """The latest checkpoint of ``agent_id``'s fold state, if any."""
+        """The latest checkpoint of ``agent_id``'s fold state (``agent_states``), if any."""
         rows = self.client.query(
             "SELECT seq, state FROM agent_states FINAL WHERE agent_id = {a:String}",
             parameters={"a": agent_id},
             column_formats={"state": "bytes"},
         ).result_rows
         return Checkpoint(agent_id, int(rows[0][0]), rows[0][1]) if rows else None
+
+    def retained_checkpoint(
+        self,
+        agent_id: str,
+        config_version: str,
+        *,
+        below: int = INT64_MAX,
+        until: datetime | None = None,
+    ) -> Checkpoint | None:
+        """The retained checkpoint of ``agent_id`` made under ``config_version`` with the
+        highest sequence that is below ``below`` and below every event of the agent that
+        occurred after ``until`` (when given): so every archived event up to it occurred
+        at or before ``until``. None when there is none, and always for an agent with an
+        erasure receipt (its archive lost rows the checkpoints had folded)."""
+        rows = self.client.query(
+            "SELECT seq, state FROM agent_checkpoints"
+            " WHERE agent_id = {a:String} AND config_version = {v:String} AND seq < {b:Int64}"
+            " AND seq < ifNull((SELECT toInt64(minOrNull(seq)) FROM events"
+            "  WHERE agent_id = {a:String} AND occurred_at > {u:DateTime64(3, 'UTC')}), {b:Int64})"
+            " AND (SELECT count() FROM erasures WHERE agent_id = {a:String}) = 0"
+            " ORDER BY seq DESC LIMIT 1",
+            parameters={"a": agent_id, "v": config_version, "b": below, "u": until or _END_OF_TIME},
+            column_formats={"state": "bytes"},
+        ).result_rows
+        return Checkpoint(agent_id, int(rows[0][0]), rows[0][1]) if rows else None
+
+    def log_prefix(self, agent_id: str, upto: int) -> LogPrefix:
+        """What the archive holds of ``agent_id`` up to sequence ``upto``: see
+        :class:`LogPrefix`."""
+        where = "agent_id = {a:String} AND seq <= {s:Int64}"
+        params = {"a": agent_id, "s": upto}
+        (count, last_at, first_type), *_ = self.client.query(
+            f"SELECT uniqExact(seq), maxIf(occurred_at, seq = {{s:Int64}}),"
+            f" anyIf(type, seq = 0) FROM events WHERE {where}",
+            parameters=params,
+        ).result_rows
+        sealed = self.client.query(
+            f"SELECT any(payload) FROM events WHERE {where}"
+            " AND startsWith(payload, unhex({h:String})) GROUP BY ifNull(user_id, agent_id)",
+            parameters={**params, "h": SEALED_HEADER.hex()},
+            column_formats={"any(payload)": "bytes"},
+        ).result_rows
+        return LogPrefix(
+            agent_id=agent_id,
+            upto=upto,
+            events=int(count),
+            last_at=_aware(last_at) if int(count) else None,
+            first_type=str(first_type) if int(count) else None,
+            sealed=[bytes(row[0]) for row in sealed],
+        )
 
     def agent_log(
         self,

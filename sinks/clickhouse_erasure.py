@@ -13,8 +13,11 @@ Given a ``subject.erased`` of agent ``A`` at sequence ``E``, among ``A``'s rows 
   (written with the erasure) by their source event; versions the fold no longer has
   leave; the ``previous_value`` of the other users' ``fact.set`` on the keys the
   subject set follows the chain of the changes that remain;
-- the agent's state checkpoints before the erasure leave (they hold the subject's
-  content; the one written with the erasure is after it).
+- the agent's state checkpoints before the erasure leave, the latest one
+  (``agent_states``) and those kept by position (``agent_checkpoints``): they hold the
+  subject's content; the one written with the erasure is after it. (A replay as of a
+  moment never starts from a kept checkpoint of an agent with an erasure receipt, see
+  :meth:`sinks.clickhouse.ClickHouseHistory.retained_checkpoint`.)
 
 The subject's rows are those of its user, or without a user when the subject is the
 agent itself. Deletes are lightweight ``DELETE``s (ReplacingMergeTree accepts them,
@@ -36,6 +39,8 @@ from schemas import FactSetBody, PersonaVersionBody, SubjectErased
 
 DELETE_SYNC = {"lightweight_deletes_sync": 2}
 """A lightweight DELETE returns once the rows are gone (on every replica, on a server)."""
+CHECKPOINT_TABLES = ("agent_states", "agent_checkpoints")
+"""The tables of the agents' fold states: the latest one, and those kept by position."""
 _ROW = "cityHash64(agent_id, seq, idx, body)"
 """Names one physical row of a memory-changes table: its key and its body."""
 
@@ -62,8 +67,9 @@ def purge(
             if plan.rewritten.get(table):
                 count[f"{table} rewritten"] = plan.rewritten[table]
         done(table)
-    _delete_all(client, "agent_states", [(p, p.checkpoints()) for p in plans], counts)
-    done("agent_states")
+    for table in CHECKPOINT_TABLES:
+        _delete_all(client, table, [(p, p.checkpoints()) for p in plans], counts)
+        done(table)
     return counts
 
 

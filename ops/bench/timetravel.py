@@ -6,7 +6,9 @@ feedback, clock ticks, flashbulb turns) is published to a fresh ``engram up``; o
 it is folded, snapshots as of ``--samples`` random moments are taken
 
 * by SQL over the history (:func:`engram.history.history_snapshot`, road 2), and
-* by replay of the archived log (:func:`engram.snapshot.take_snapshot`, road 1),
+* by replay of the archived log (:func:`engram.snapshot.take_snapshot`, road 1,
+  opening sealed events with the stack's keys as ``engram replay`` does; it starts
+  from the last checkpoint kept by position before T's cut),
 
 both through the same ClickHouse client as a reader would use (``engram up``'s
 ClickHouse-compatible HTTP endpoint), then through ``engram up``'s own API
@@ -281,7 +283,9 @@ def _sized(agent_id: str, target: int, seed: int, heavy: bool) -> list[Event]:
 def main(argv: list[str] | None = None) -> None:
     from engram.client import Memory
     from engram.history import history_snapshot, http_client
+    from engram.settings import Settings
     from engram.snapshot import take_snapshot
+    from engram.transfer import archive_opener
     from ops.bench.common import machine, start_stack
     from sinks.clickhouse import ClickHouseHistory
 
@@ -312,24 +316,29 @@ def main(argv: list[str] | None = None) -> None:
         client = http_client(stack.up["http"])
         history = ClickHouseHistory(client)
         samples = moments(events, args.samples, args.seed)
-        for moment in _spread(samples, 5):  # the roads agree before they are timed
-            one = take_snapshot(history, agent_id, as_of=moment)
-            two = history_snapshot(client, agent_id, as_of=moment)
-            if comparable(one) != comparable(two):
-                raise SystemExit(f"the roads disagree as of {moment.isoformat()}")
-        reference = _timed(lambda: client.query("SELECT count() FROM events"), len(samples))
-        sql: list[float] = []
-        replay: list[float] = []
-        api_sql: list[float] = []
-        api_replay: list[float] = []
-        api = httpx.Client(base_url=stack.up["http"], timeout=120)
-        for moment in samples:
-            sql += _timed(partial(history_snapshot, client, agent_id, as_of=moment), 1)
-            replay += _timed(partial(take_snapshot, history, agent_id, as_of=moment), 1)
-            params = {"agent_id": agent_id, "as_of": moment.isoformat()}
-            api_sql += _timed(partial(_get, api, "/v1/history", params), 1)
-            api_replay += _timed(partial(_get, api, "/v1/snapshot", params), 1)
-        api.close()
+        settings = Settings.from_env({"ENGRAM_HOME": str(stack.home)})
+        with archive_opener(settings) as open_event:  # as `engram replay`: sealed events open
+            road1 = partial(take_snapshot, history, agent_id, open_event=open_event)
+            for moment in _spread(samples, 5):  # the roads agree before they are timed
+                one = road1(as_of=moment)
+                two = history_snapshot(client, agent_id, as_of=moment)
+                if comparable(one) != comparable(two):
+                    raise SystemExit(f"the roads disagree as of {moment.isoformat()}")
+            reference = _timed(lambda: client.query("SELECT count() FROM events"), len(samples))
+            sql: list[float] = []
+            replay: list[float] = []
+            api_sql: list[float] = []
+            api_replay: list[float] = []
+            api = httpx.Client(base_url=stack.up["http"], timeout=120)
+            for moment in samples:
+                sql += _timed(partial(history_snapshot, client, agent_id, as_of=moment), 1)
+                replay += _timed(partial(road1, as_of=moment), 1)
+                params = {"agent_id": agent_id, "as_of": moment.isoformat()}
+                api_sql += _timed(partial(_get, api, "/v1/history", params), 1)
+                api_replay += _timed(partial(_get, api, "/v1/snapshot", params), 1)
+            api.close()
+        kept = stack.count(f"SELECT count() FROM agent_checkpoints WHERE agent_id = '{agent_id}'")
+        print(f"checkpoints kept by position: {kept}")
         print(f"load average before timing: {os.getloadavg()[0]:.2f} (1 min)")
         print(_summary("reference: count() events", reference))
         print("through the ClickHouse endpoint of engram up (a reader's client):")

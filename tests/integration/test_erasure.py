@@ -270,9 +270,11 @@ def test_erasing_again_with_the_cli_is_a_no_op_with_a_zero_receipt(
     )
     for fold, deleted in rows:
         assert fold == 0
-        # nothing of the subject is left; only the agent's checkpoints from before this
-        # request go, as with every erasure (superseded: the state as the first left it)
-        assert {k: v for k, v in deleted.items() if k != "agent_states"} == {
+        # nothing of the subject is left; only the agent's checkpoints (the latest, and
+        # those kept by position) from before this request go, as with every erasure
+        # (superseded: the state as the first left it)
+        checkpoints = ("agent_states", "agent_checkpoints")
+        assert {k: v for k, v in deleted.items() if k not in checkpoints} == {
             "events": 0,
             "memory_changes": 0,
         }
@@ -421,12 +423,19 @@ def test_the_history_purge_is_idempotent_and_reaches_every_version(tmp_path: Pat
     assert receipt.rows["memory_changes rewritten"] == 3  # sam's and lea's persona, sam's motto
     assert receipt.rows[f"memory_changes_v{kept}"] == receipt.rows["memory_changes"] > 0
     assert receipt.rows["agent_states"] == 1
+    assert receipt.rows["agent_checkpoints"] == 1  # the first checkpoint a writer sees is kept
     searched = {
         "events": "concat(body, payload)",
         "memory_changes": "body",
         f"memory_changes_v{kept}": "body",
         "agent_states": "state",
     }
+    for needle in PLANTED[GONE]:  # the kept checkpoints before the erasure are gone
+        found = client.query(
+            "SELECT count() FROM agent_checkpoints WHERE position(state, {n:String}) > 0",
+            parameters={"n": needle},
+        ).result_rows[0][0]
+        assert found == 0, ("agent_checkpoints", needle)
     for table, column in searched.items():
         for needle in PLANTED[GONE]:
             found = client.query(
