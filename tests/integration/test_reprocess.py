@@ -25,15 +25,17 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from engram.client import Memory
+from engram.erasure import broadcast, erasure_request
 from engram.events import make_event
 from ops.broker import EmbeddedBroker
 from ops.launch import launch
 from processors import AgentMemory, MemoryConfig
-from schemas import Event
+from schemas import Codec, Event, SubjectErasureRequested
 from schemas.sealed import SealingCodec
+from streams.pipeline import erasure_for
 from tests.integration.test_rebuild import START, history_of
 from tests.support import Stack, engram_cmd, engram_env, wait_until
 
@@ -49,14 +51,23 @@ CHANGES = (
 )
 
 
+GONE, PLANTED = "u-gone", "zebra-quartz-7731"
+
+
 @dataclass
 class World:
+    """The module's broker and stack; every agent's events as its fold met them (the
+    erasure request included); the agent that had the erased user; the live history
+    before any reprocess."""
+
     broker: str
     home: Path
     env: dict[str, str]
     stack: Stack
     events: dict[str, list[Event]] = field(default_factory=dict)
     before: list[tuple[Any, ...]] = field(default_factory=list)
+    mixed: str = ""
+    old_log: Counter[str] = field(default_factory=Counter)
 
     def restart(self) -> None:
         process, up = launch(self.home, self.env, 120)
@@ -99,20 +110,58 @@ def publish(world: World, events: Sequence[Event]) -> None:
         world.events.setdefault(e.agent_id, []).append(e)
 
 
-def expected(world: World, config: MemoryConfig) -> list[tuple[Any, ...]]:
+def expected(world: World, config: MemoryConfig, *, mixed: bool = True) -> list[tuple[Any, ...]]:
     """What the processors derive from each agent's events with ``config``, as the
-    ``CHANGES`` query shows it (without ``memory.embedded``, which ClickHouse skips)."""
+    ``CHANGES`` query shows it (without ``memory.embedded``, which ClickHouse skips), the
+    erased user's events being shredded (each keeps its place in the sequence, nothing
+    else: what a fold after the erasure meets). ``mixed``: the agent that had the erased
+    user too (its live history was purged, not folded without the user)."""
     rows = []
     for agent, events in sorted(world.events.items()):
+        if agent == world.mixed and not mixed:
+            continue
         memory = AgentMemory.empty(agent, config)
         for event in events:
+            if event.user_id == GONE and not isinstance(event, SubjectErasureRequested):
+                memory.take_place(event.event_id)
+                continue
             for d in memory.apply(event).derived:
                 rows.append((agent, d.seq, d.idx, d.type, str(d.event_id), d.config_version))
     return sorted(rows)
 
 
+def without_mixed(world: World, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [row for row in rows if row[0] != world.mixed]
+
+
+def erase(world: World, subject: str) -> None:
+    """Erase ``subject`` as ``Memory.erase`` does, keeping the request: every agent's
+    fold meets it (after what was published before it)."""
+    request = erasure_request(subject, reason="test")
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=world.stack.bootstrap, acks="all")
+        await producer.start()
+        try:
+            await broadcast(producer, "engram.events", Codec(), request, 30)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+    for agent, events in world.events.items():
+        events.append(erasure_for(request, agent))
+
+
 def folded(world: World) -> bool:
     return bool(world.stack.scalar("SELECT count() FROM events FINAL") == world.published())
+
+
+def holding(world: World, needle: str) -> list[tuple[Any, ...]]:
+    """The memory changes whose body holds ``needle``."""
+    return world.stack.rows(
+        "SELECT agent_id, seq, type FROM memory_changes WHERE positionUTF8(body, {n:String}) > 0",
+        n=needle,
+    )
 
 
 def topic_types(bootstrap: str, topic: str) -> Counter[str]:
@@ -156,7 +205,30 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         process, up = launch(home, env, 120)
         world = World(broker.bootstrap, home, env, Stack(home, env, process, up))
         try:
-            events = []
+            mixed = world.mixed = f"rp-mixed-{uuid.uuid4().hex[:6]}"
+            events = [
+                e.model_copy(update={"user_id": GONE}) if e.user_id == "u-1" else e
+                for e in history_of(mixed, "en")
+            ]
+            events.append(
+                make_event(
+                    "interaction.recorded",
+                    agent_id=mixed,
+                    session_id="s2",
+                    user_id=GONE,
+                    occurred_at=START + timedelta(hours=4),
+                    body={"role": "user", "content": f"My locker code is {PLANTED}, remember it."},
+                )
+            )
+            events.append(
+                make_event(
+                    "fact.asserted",
+                    agent_id=mixed,
+                    user_id="u-1",
+                    occurred_at=START + timedelta(hours=5),
+                    body={"namespace": "profile", "key": "team", "value": "platform"},
+                )
+            )
             for i, lang in enumerate(("en", "zh", "en")):
                 agent = f"rp-{lang}-{i}-{uuid.uuid4().hex[:6]}"
                 events += history_of(agent, lang)
@@ -171,7 +243,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             publish(world, events)
             wait_until(lambda: folded(world), 90, "every raw event folded")
             wait_until(lambda: embedded_all(world, "engram.memory"), 120, "the live embeddings")
+            erase(world, GONE)
+            wait_until(
+                lambda: world.stack.scalar("SELECT count() FROM erasures") >= len(world.events),
+                90,
+                "the erasure receipts",
+            )
+            assert not holding(world, PLANTED)
             world.before = world.stack.rows(CHANGES)
+            world.old_log = topic_types(world.stack.bootstrap, "engram.memory")
             yield world
         finally:
             world.stack.stop()
@@ -218,7 +298,7 @@ class Reader(threading.Thread):
 
 
 def test_the_live_history_is_what_the_default_parameters_make(world: World) -> None:
-    assert world.before == expected(world, MemoryConfig())
+    assert without_mixed(world, world.before) == expected(world, MemoryConfig(), mixed=False)
     assert {row[5] for row in world.before} == {MemoryConfig().version}
 
 
@@ -243,14 +323,21 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
 
     after = world.stack.rows(CHANGES)
     assert after == expected(world, NEW)
-    assert after != world.before  # the parameters change what is derived
+    assert without_mixed(world, after) != without_mixed(world, world.before)  # new parameters
+    assert not holding(world, PLANTED)  # the erased user's content did not come back
+    mixed = [row for row in after if row[0] == world.mixed]
+    assert any(row[3] == "fact.set" for row in mixed)  # the other user's fact stayed
+    erased = [row[1] for row in mixed if row[3] == "subject.erased"]
+    assert erased == [
+        row[1] for row in world.before if row[0] == world.mixed and row[3] == "subject.erased"
+    ]
     live = derivations(world)[-1]
     assert (live["generation"], live["step"], live["version"]) == (1, "live", NEW.version)
     topic = live["memory_topic"]
     assert topic.startswith("engram.memory.g1-")
     assert embedded_all(world, topic)  # the new memories were embedded, on the new topic
     status = httpx.get(f"{world.stack.http}/v1/admin/reprocess", timeout=10).json()
-    assert status["state"] == "done" and status["done"] == status["total"] == world.published()
+    assert status["state"] == "done" and status["done"] == status["total"] > world.published()
 
     # the worker folds on with the new parameters, into the new topic and projections
     agent = sorted(world.events)[0]
@@ -260,9 +347,8 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
     with Memory(http=world.stack.http) as memory:
         found = memory.recall("office in Hamburg", agent_id=agent, k=3, record=False)
     assert any("Hamburg" in m.text for m in found.memories)
-    assert topic_types(world.stack.bootstrap, "engram.memory")["memory.created"] == sum(
-        1 for row in world.before if row[3] == "memory.created"
-    )  # the old derived log was left as it was
+    old = topic_types(world.stack.bootstrap, "engram.memory")
+    assert old == world.old_log  # the old derived log was left as it was
 
 
 def test_the_derivation_survives_a_restart(world: World) -> None:
