@@ -143,6 +143,8 @@ class FoldResult:
     gaps: dict[int, int] = field(default_factory=dict)
     wanted: dict[UUID, tuple[str, int]] = field(default_factory=dict)
     """Rollbacks and forks held for their past: request id -> (agent, last seq) to read."""
+    waiting: set[int] = field(default_factory=set)
+    """The partitions of ``gaps`` held at a rollback or fork (not at a hole)."""
 
 
 @dataclass
@@ -258,6 +260,7 @@ class Folder:
                 continue  # processed before: acked with the batch, nothing else
             if not self._fold_one(message, result):
                 result.gaps[partition] = offset  # a rollback or fork waits for its past
+                result.waiting.add(partition)
                 result.held.append(message)
                 continue
             self.next[partition] = offset + 1
@@ -747,12 +750,21 @@ async def fold_batch(
         for partition, offset in result.gaps.items():
             if holes is not None and holes.pending(TP(topic, partition), offset):
                 continue  # sought there a moment ago: the re-read is on its way
-            log.warning(
-                "%s[%d]: offset %d was never folded; reading again from there",
-                topic,
-                partition,
-                offset,
-            )
+            if partition in result.waiting:
+                log.info(
+                    "%s[%d]: offset %d (a rollback or fork) waits for its past;"
+                    " reading again from there",
+                    topic,
+                    partition,
+                    offset,
+                )
+            else:
+                log.warning(
+                    "%s[%d]: offset %d was never folded; reading again from there",
+                    topic,
+                    partition,
+                    offset,
+                )
             await flusher.consumer.seek(TP(topic, partition), offset)
             if holes is not None:
                 holes.sought(

@@ -3,6 +3,7 @@ saved mark, whatever offsets the consumer delivers (streams.pipeline.Folder)."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -12,6 +13,8 @@ import faust
 from engram import make_event
 from processors import MemoryConfig
 from schemas import Codec
+from schemas.sealed import SealingCodec
+from sinks.keys import KeyBook
 from streams.pipeline import Folder, mark_key
 
 CODEC = Codec()
@@ -102,3 +105,52 @@ def test_marks_are_saved_with_the_states_and_once() -> None:
     assert [c.agent_id for c in checkpoints] == ["x", "y"]
     assert fold.state_records({}) == ([], [])  # nothing new: no mark again
     assert fold.agents_on(3) == ["x", "y"]  # the marks are not agents
+
+
+def test_a_shredded_event_keeps_its_place_in_its_agents_sequence() -> None:
+    """Sealed under a key since destroyed, an event derives nothing but takes its seq:
+    the events after it are numbered as the fold that met it in clear numbered them."""
+    keys = KeyBook()
+    keys.keys["gone"] = {"k1": secrets.token_bytes(32)}
+    keys.keys["kept"] = {"k2": secrets.token_bytes(32)}
+    codec = SealingCodec(keys)
+    turns = [
+        make_event(
+            "interaction.recorded",
+            agent_id="a",
+            session_id="s",
+            user_id=user,
+            occurred_at=T0 + timedelta(seconds=i),
+            body={"role": "user", "content": f"turn {i}"},
+        )
+        for i, user in enumerate(["kept", "gone", "kept"])
+    ]
+    sealed = [codec.encode(e) for e in turns]
+
+    def fold_all() -> list[tuple[int, str]]:
+        fold = Folder(cast("faust.Table[bytes, bytes]", Table()), codec, MemoryConfig())
+        items = [Item(Message("engram.events", 0, i, b"a", raw)) for i, raw in enumerate(sealed)]
+        result = fold.fold(batch(*items))
+        assert not result.held and not result.dead
+        return [(s.seq, str(s.event.user_id)) for s in result.sequenced]
+
+    assert fold_all() == [(0, "kept"), (1, "gone"), (2, "kept")]
+    keys.keys["gone"]["k1"] = None  # the subject is erased: its key destroyed
+    assert fold_all() == [(0, "kept"), (2, "kept")]
+
+
+def test_a_rollback_waits_for_its_past_and_says_so() -> None:
+    fold = folder()
+    first = fold.fold(batch(item(0, 0), item(0, 1)))
+    assert [s.seq for s in first.sequenced] == [0, 1]
+    request = make_event(
+        "memory.rolled_back",
+        agent_id="a",
+        occurred_at=T0 + timedelta(minutes=5),
+        body={"to": T0.isoformat(), "to_seq": 1},
+    )
+    held = Item(Message("engram.events", 0, 2, b"a", CODEC.encode(request)))
+    result = fold.fold(batch(held, item(0, 3)))
+    assert result.gaps == {0: 2} and result.waiting == {0}  # a wait, not a hole
+    assert [m.offset for m in result.held] == [2, 3]
+    assert list(result.wanted.values()) == [("a", 1)]
