@@ -387,7 +387,8 @@ def reprocess(
     console.print(
         f"reprocessed: generation {status.generation} ({status.version}) is live on"
         f" {status.memory_topic}: {status.done} raw events, {status.derived} derived,"
-        f" {status.embedded} embedded; memory_changes v{status.clickhouse} and vectors"
+        f" {status.embedded} embedded ({status.reused} vectors reused); memory_changes"
+        f" v{status.clickhouse} and vectors"
         f" v{status.vectors} live, previous {kept}"
     )
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
+import numpy as np
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from fastapi import APIRouter
@@ -72,7 +74,7 @@ from ops.rebuild import (
 )
 from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics
 from processors import MemoryConfig
-from schemas import Codec, DerivedEvent, MemoryCreated
+from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
 from sinks.derivations import Derivation, Derivations
@@ -89,7 +91,9 @@ from streams.pipeline import (
     past_reader,
     raw_codec,
 )
-from streams.vectors import embedded_event
+from streams.vectors import decode_all, embedded_event
+
+CACHED = frozenset({MemoryCreated.TYPE, MemoryEmbedded.TYPE})
 
 if TYPE_CHECKING:
     from streams.ingest import WorkerKeys
@@ -126,6 +130,8 @@ class ReprocessStatus(BaseModel):
     total: int = 0
     derived: int = 0
     embedded: int = 0
+    reused: int = 0
+    """Of ``embedded``: vectors the live derivation had for the same text (no model call)."""
     rate: float = 0.0
     eta_s: float | None = None
     clickhouse: int | None = None
@@ -152,6 +158,7 @@ class Job:
     total: int = 0
     derived: int = 0
     embedded: int = 0
+    reused: int = 0
     clickhouse: Progress = field(default_factory=lambda: Progress("clickhouse", False))
     vectors: Progress = field(default_factory=lambda: Progress("vectors", False))
     cleaned: list[str] = field(default_factory=list)
@@ -177,6 +184,7 @@ class Job:
             total=self.total,
             derived=self.derived,
             embedded=self.embedded,
+            reused=self.reused,
             rate=round(rate, 1),
             eta_s=round(left / rate, 1) if self.state == "running" and rate > 0 else None,
             clickhouse=self.clickhouse.live if self.state == "done" else self.clickhouse.building,
@@ -346,6 +354,49 @@ class Deriver:
         return self.folder.state_records(touched)
 
 
+# --------------------------------------------------------------------------- vectors
+
+
+CACHE_LIMIT = 100_000
+"""Most vectors a reprocess keeps from the live derivation (8 bytes per dimension each:
+about 400 MiB at 512 d); the memories past it are embedded again."""
+
+
+class VectorCache:
+    """The live derivation's vectors of one model, by the text they embed: a memory the
+    new derivation makes with the same text gets the same vector without a model call
+    (an embedder is a pure function of its text, see :mod:`sinks.embedding`)."""
+
+    def __init__(self, model: str, limit: int = CACHE_LIMIT) -> None:
+        self.model = model
+        self.limit = limit
+        self.vectors: dict[bytes, bytes] = {}
+        self.texts: dict[str, bytes] = {}  # memory id -> digest of its text, while loading
+        self.hits = 0
+
+    @staticmethod
+    def digest(text: str) -> bytes:
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def note(self, events: Sequence[DerivedEvent]) -> None:
+        """Follow the live derived log: creations name texts, embeddings vectors."""
+        for event in events:
+            if isinstance(event, MemoryCreated):
+                self.texts[event.body.memory_id] = self.digest(event.body.text)
+            elif isinstance(event, MemoryEmbedded) and event.body.model == self.model:
+                text = self.texts.pop(event.body.memory_id, None)
+                if text is not None and len(self.vectors) < self.limit:
+                    self.vectors[text] = np.asarray(event.body.vector, dtype=np.float64).tobytes()
+
+    def get(self, text: str) -> list[float] | None:
+        found = self.vectors.get(self.digest(text))
+        if found is None:
+            return None
+        self.hits += 1
+        vector: list[float] = np.frombuffer(found, dtype=np.float64).tolist()
+        return vector
+
+
 # --------------------------------------------------------------------------- the job
 
 
@@ -424,7 +475,10 @@ class Reprocess:
         self.stopped_worker = False
         self.swapped = False
         self.resumed = False
-        self.ends: dict[int, int] = {}  # per partition of the new topic: after the last written
+        self.ends: dict[int, int] = {}
+        self.cache = VectorCache(
+            parts.embedder.name if parts.embedder is not None else ""
+        )  # per partition of the new topic: after the last written
 
     # -- the run -------------------------------------------------------------
     async def run(self) -> None:
@@ -485,6 +539,7 @@ class Reprocess:
         )
         self.deriver = Deriver(job.plan.config, self.codec, parts.history, keys)
         self.deriver.start(self.reader.first)
+        await self._load_cache()
 
     async def _pass(self, *, last: bool = False) -> None:
         """Read ``engram.events`` to its end offsets (and the tail), then save states."""
@@ -523,20 +578,47 @@ class Reprocess:
             self.pending_dead.append((partition, offset, dead))
         self.job.derived += len(out.derived)
         self.job.embedded += len(embedded)
+        self.job.reused = self.cache.hits
         self.job.done = self.reader.done()
         self.job.total = max(self.job.total, self.job.done)
 
     async def _embed(self, derived: Sequence[DerivedEvent]) -> list[DerivedEvent]:
-        """The ``memory.embedded`` records of the new memories (the stack's model)."""
+        """The ``memory.embedded`` records of the new memories (the stack's model): the
+        live derivation's vector of the same text, else the model's."""
         embedder = self.parts.embedder
         created = [e for e in derived if isinstance(e, MemoryCreated)]
         if embedder is None or not created:
             return []
-        texts = [e.body.text for e in created]
-        vectors = await asyncio.get_running_loop().run_in_executor(
-            None, lambda: embedder.embed_passages(texts)
-        )
-        return [embedded_event(e, embedder, v) for e, v in zip(created, vectors, strict=True)]
+        found = {e.event_id: self.cache.get(e.body.text) for e in created}
+        texts = [e.body.text for e in created if found[e.event_id] is None]
+        if texts:
+            made = iter(
+                await asyncio.get_running_loop().run_in_executor(
+                    None, embedder.embed_passages, texts
+                )
+            )
+            found = {k: v if v is not None else next(made) for k, v in found.items()}
+        return [embedded_event(e, embedder, found[e.event_id] or []) for e in created]
+
+    async def _load_cache(self) -> None:
+        """Read the live derivation's vectors (its derived log, once) into the cache."""
+        if self.parts.embedder is None:
+            return
+        self.job.phase = "reading the live vectors"
+        reader = LogReader(self.parts.bootstrap, self.job.previous.memory_topic)
+        codec, keys, cache = self.codec, self.keys, self.cache
+
+        async def note(values: list[bytes]) -> None:
+            if keys is not None and isinstance(codec, SealingCodec):
+                await keys.cover(codec, values)
+            cache.note(decode_all(codec, values, CACHED))
+
+        try:
+            await reader.start()
+            await reader.read_to(await reader.ends(), note, self.job.check)
+        finally:
+            await reader.stop()
+        cache.texts.clear()
 
     async def _save_states(self, everyone: bool = False) -> list[Any]:
         assert self.deriver is not None and self.writer is not None

@@ -338,6 +338,7 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
     assert embedded_all(world, topic)  # the new memories were embedded, on the new topic
     status = httpx.get(f"{world.stack.http}/v1/admin/reprocess", timeout=10).json()
     assert status["state"] == "done" and status["done"] == status["total"] > world.published()
+    assert 0 < status["reused"] < status["embedded"]  # same texts kept their vectors
 
     # the worker folds on with the new parameters, into the new topic and projections
     agent = sorted(world.events)[0]
