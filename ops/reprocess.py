@@ -752,6 +752,41 @@ async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int,
         await consumer.stop()
 
 
+async def group_members(bootstrap: str, group: str, tries: int = 3) -> int | None:
+    """How many members ``group`` has (None: the broker did not say, after ``tries``)."""
+    for attempt in range(tries):
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            for response in await admin.describe_consumer_groups([group]):
+                for described in response.groups:
+                    if described[1] == group:
+                        return len(described[5])
+            return 0
+        except Exception as error:  # a flaky describe must not stop an operator
+            log.warning("describing group %s failed (%r), try %d", group, error, attempt + 1)
+            await asyncio.sleep(0.5)
+        finally:
+            await admin.close()
+    return None
+
+
+MEMBER_PATIENCE_S = 30.0
+"""How long a reprocess waits for its worker group to come down to one member: a worker
+that died (or this stack's previous life) stays a member until its session times out."""
+
+
+async def only_member(bootstrap: str, group: str) -> int | None:
+    """The members of ``group`` once it has at most one, or after
+    :data:`MEMBER_PATIENCE_S` (None: the broker would not say)."""
+    deadline = time.monotonic() + MEMBER_PATIENCE_S
+    while True:
+        members = await group_members(bootstrap, group)
+        if members is None or members <= 1 or time.monotonic() > deadline:
+            return members
+        await asyncio.sleep(1.0)
+
+
 async def delete_topics(bootstrap: str, names: Sequence[str]) -> list[str]:
     """Delete those of ``names`` that exist; return them."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
@@ -897,6 +932,14 @@ def reprocess_router(reprocesses: Reprocesses) -> APIRouter:
         responses={409: {"model": Problem}},
     )
     async def start(request: ReprocessRequest) -> ReprocessStatus | JSONResponse:
+        members = await only_member(parts.bootstrap, parts.group)
+        if members is not None and members > 1:
+            return problem(
+                409,
+                "refused",
+                f"the worker group {parts.group} has {members} members: a reprocess stops and"
+                " restarts this stack's worker only; scale the workers to one first",
+            )
         live = await parts.history.call(parts.derivations.latest)
         try:
             return reprocesses.start(
@@ -971,7 +1014,10 @@ def run_reprocess(
     it ends; Ctrl-C cancels it (before its swap) and waits for that."""
     body = {"config": config.model_dump(mode="json"), "keep": keep, "max_rate": max_rate}
     with httpx.Client(base_url=http, timeout=30) as client:
-        status = _status_or_raise(client.post("/v1/admin/reprocess", json=body))
+        started = client.post(  # may wait for the worker group to come down to one member
+            "/v1/admin/reprocess", json=body, timeout=MEMBER_PATIENCE_S + 60
+        )
+        status = _status_or_raise(started)
         columns = (
             TextColumn("[bold]{task.description}"),
             BarColumn(),

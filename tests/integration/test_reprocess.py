@@ -32,6 +32,7 @@ from engram.erasure import broadcast, erasure_request
 from engram.events import make_event
 from ops.broker import EmbeddedBroker
 from ops.launch import launch
+from ops.reprocess import group_members
 from processors import AgentMemory, MemoryConfig
 from schemas import Codec, Event, SubjectErasureRequested
 from schemas.sealed import SealingCodec
@@ -268,6 +269,10 @@ def cli(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
+async def members_of(world: World) -> int:
+    return await group_members(world.stack.bootstrap, GROUP) or 0
+
+
 def derivations(world: World) -> list[dict[str, Any]]:
     response = httpx.get(f"{world.stack.http}/v1/admin/derivations", timeout=10)
     response.raise_for_status()
@@ -424,6 +429,21 @@ def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
     same.write_text(json.dumps(live["config"]))
     again = cli(world, "--config", str(same))
     assert again.returncode == 1 and "is the live derivation already" in again.stderr
+
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"name": "other", "working_turns": 12}))
+
+    second_home = tmp_path / "second"
+    second_env = {**world.env, **engram_env(second_home)}
+    second_env["ENGRAM_MASTER_KEY_FILE"] = str(world.home / "master.key")  # one deployment
+    process, up = launch(second_home, second_env, 120)  # a second worker of the group
+    second = Stack(second_home, second_env, process, up)
+    try:
+        wait_until(lambda: asyncio.run(members_of(world)) > 1, 60, "two members")
+        crowded = cli(world, "--config", str(other), timeout=120)
+    finally:
+        second.stop()
+    assert crowded.returncode == 1 and "scale the workers to one" in crowded.stderr
 
     dedupe = tmp_path / "dedupe.json"
     dedupe.write_text(json.dumps({"dedupe_window": 8}))
