@@ -555,9 +555,12 @@ def time_travel(
     from engram.snapshot import take_snapshot
     from engram.transfer import archive_opener
     from sinks.clickhouse import ClickHouseHistory
+    from sinks.derivations import live_config
 
     client = history_client(settings)
     try:
+        history = ClickHouseHistory(client)
+        config = live_config(history)  # the live derivation's parameters
         if road == "history":
             return history_snapshot(
                 client,
@@ -566,11 +569,13 @@ def time_travel(
                 user_id=user_id,
                 session_id=session_id,
                 episodes=episodes,
+                config=config,
             )
         with archive_opener(settings) as open_event:  # sealed events open with the keys
             return take_snapshot(
-                ClickHouseHistory(client),
+                history,
                 agent_id,
+                config=config,
                 as_of=moment,
                 user_id=user_id,
                 session_id=session_id,

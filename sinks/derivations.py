@@ -137,3 +137,16 @@ def _derivation(row: dict[str, Any]) -> Derivation:
         vectors_version=int(row["vectors_version"]),
         memory_starts={int(p): int(o) for p, o in json.loads(row["memory_starts"]).items()},
     )
+
+
+def live_config(history: ClickHouseHistory) -> MemoryConfig:
+    """The parameters of the live derivation (what a replay must fold with); the
+    defaults for a history that never recorded one (no ``derivations`` table yet)."""
+    exists = history.client.query(
+        "SELECT count() FROM system.tables WHERE database = currentDatabase()"
+        " AND name = {t:String}",
+        parameters={"t": TABLE},
+    ).result_rows[0][0]
+    if not exists:
+        return MemoryConfig()
+    return Derivations(history, "").latest().config
