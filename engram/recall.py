@@ -3,10 +3,11 @@
 :meth:`Recaller.recall` embeds the query (the index's model), asks the vector
 store for the best dense and the best sparse (BM25-style) candidates of the
 agent — the store builds the filter from a :class:`Scope`, so no query reaches
-another agent's points — fuses the two rankings by reciprocal rank fusion, then
-re-weights each candidate by its retention R at the time of the query, its
-recency and its importance (:class:`RecallWeights`). Ties break by memory id, so
-equal stores give equal answers.
+another agent's points; both searches go as one batch when the store is a
+:class:`~sinks.vectors.HybridSearch` — fuses the two rankings by reciprocal rank
+fusion, then re-weights each candidate by its retention R at the time of the
+query, its recency and its importance (:class:`RecallWeights`). Ties break by
+memory id, so equal stores give equal answers.
 
 The caller records the recall as a ``memory.recalled`` event (see
 :func:`recalled_event`); the forgetting processor turns it into reinforcement.
@@ -25,7 +26,7 @@ from processors.recall import Candidate, RecallWeights, query_sparse, rank, rrf
 from schemas import MemoryRecalled
 from schemas.derived import Layer
 from sinks.embedding import Embedder
-from sinks.vectors import Hit, Scope, SparseVector, VectorIndex
+from sinks.vectors import Hit, HybridSearch, Scope, SparseVector, VectorIndex
 
 LAYERS = ("L2", "L3")
 
@@ -85,14 +86,20 @@ class Recaller:
             include_forgotten=include_forgotten,
         )
         limit = max(self.candidates, k)
-        dense = self.index.search_dense(self.embedder.embed_query(query), scope, limit)
-        indices, values = query_sparse(query)
-        sparse = (
-            self.index.search_sparse(SparseVector(indices=indices, values=values), scope, limit)
-            if indices
-            else []
-        )
+        dense, sparse = self._search(query, scope, limit)
         return self._ranked(dense, sparse, now, weights or self.weights, k)
+
+    def _search(self, query: str, scope: Scope, limit: int) -> tuple[list[Hit], list[Hit]]:
+        """The dense and the sparse candidates of ``query`` in ``scope`` (no sparse ones
+        when the query has no index terms): one batch when the index can run both
+        searches together (:class:`HybridSearch`), else one search after the other."""
+        vector = self.embedder.embed_query(query)
+        indices, values = query_sparse(query)
+        terms = SparseVector(indices=indices, values=values) if indices else None
+        if isinstance(self.index, HybridSearch):
+            return self.index.search_hybrid(vector, terms, scope, limit)
+        dense = self.index.search_dense(vector, scope, limit)
+        return dense, [] if terms is None else self.index.search_sparse(terms, scope, limit)
 
     def _ranked(
         self,
@@ -120,15 +127,19 @@ def _when(ms: Any) -> datetime:
 
 def _candidate(memory_id: str, fused: float, payload: dict[str, Any], clock: str) -> Candidate:
     """``clock`` names the payload field retention counts from: the last reinforcement
-    (exponential curve) or the last review, a weakening included (FSRS)."""
+    (exponential curve) or the last review, a weakening included (FSRS). A memory never
+    reinforced has its clock at its creation: that datetime is made once."""
+    created_ms = payload["created_at"]
+    created = _when(created_ms)
+    clock_ms = payload.get(clock, payload["last_reinforced_at"])
     return Candidate(
         id=memory_id,
         rrf=fused,
         importance=float(payload["importance"]),
         strength=float(payload["strength"]),
         reinforcements=int(payload.get("reinforcements", 0)),
-        last_reinforced_at=_when(payload.get(clock, payload["last_reinforced_at"])),
-        created_at=_when(payload["created_at"]),
+        last_reinforced_at=created if clock_ms == created_ms else _when(clock_ms),
+        created_at=created,
         layer=cast(Layer, payload["layer"]),
         promoted=bool(payload.get("promoted", False)),
     )

@@ -360,6 +360,17 @@ class Candidate:
     promoted: bool = False
 
     def __post_init__(self) -> None:
+        if (
+            self.id
+            and 0 <= self.rrf < math.inf
+            and 1 <= self.importance <= 10
+            and 0 < self.strength < math.inf
+            and self.reinforcements >= 0
+            and self.layer in _LAYERS
+            and _aware(self.last_reinforced_at)
+            and _aware(self.created_at)
+        ):
+            return  # the common case: valid, and no message is built
         problems = [
             ("id must be a non-empty string", not self.id),
             ("rrf must be finite and >= 0", not (math.isfinite(self.rrf) and self.rrf >= 0)),
@@ -411,24 +422,68 @@ def score(
     """The candidate's final score at ``now`` and its parts (see :class:`RecallWeights`)."""
     if not _aware(now):
         raise ValueError(f"recall needs an aware datetime, got {now!r}")
-    relevance = min(candidate.rrf / max_rrf(weights.rankings, weights.rrf_k), 1.0)
+    return _scored(candidate, _parts(candidate, now, _Scale.of(weights), forgetting))
+
+
+@dataclass(frozen=True, slots=True)
+class _Scale:
+    """What scoring reads of the weights, read once for a whole ranking (a pydantic
+    attribute read costs several plain ones, and every candidate needs eight)."""
+
+    top_rrf: float
+    relevance: float
+    retention: float
+    recency: float
+    importance: float
+    half_life_days: float
+    total: float
+
+    @classmethod
+    def of(cls, weights: RecallWeights) -> _Scale:
+        return cls(
+            top_rrf=max_rrf(weights.rankings, weights.rrf_k),
+            relevance=weights.relevance,
+            retention=weights.retention,
+            recency=weights.recency,
+            importance=weights.importance,
+            half_life_days=weights.recency_half_life_days,
+            total=weights.total,
+        )
+
+
+Parts = tuple[float, float, float, float, float]
+"""``(score, relevance, retention, recency, importance)`` of a candidate."""
+
+
+def _parts(
+    candidate: Candidate, now: datetime, scale: _Scale, forgetting: ForgettingParams
+) -> Parts:
+    """The score of ``candidate`` at ``now`` (aware) and its parts, as :func:`score`
+    documents them; plain floats, no model built."""
+    relevance = min(candidate.rrf / scale.top_rrf, 1.0)
     kept = (
         1.0
         if candidate.protected
         else candidate_retention(candidate.strength, candidate.last_reinforced_at, now, forgetting)
     )
     age_days = max((now - candidate.created_at).total_seconds(), 0.0) / 86_400.0
-    recency = 0.5 ** (age_days / weights.recency_half_life_days)
+    recency = 0.5 ** (age_days / scale.half_life_days)
     importance = (candidate.importance - 1.0) / 9.0
     total = (
-        weights.relevance * relevance
-        + weights.retention * kept
-        + weights.recency * recency
-        + weights.importance * importance
+        scale.relevance * relevance
+        + scale.retention * kept
+        + scale.recency * recency
+        + scale.importance * importance
     )
+    return min(total / scale.total, 1.0), relevance, kept, recency, importance
+
+
+def _scored(candidate: Candidate, parts: Parts) -> ScoredMemory:
+    """The :class:`ScoredMemory` of a candidate with its :func:`_parts`."""
+    total, relevance, kept, recency, importance = parts
     values = {
         "id": candidate.id,
-        "score": min(total / weights.total, 1.0),
+        "score": total,
         "relevance": relevance,
         "retention": kept,
         "recency": recency,
@@ -449,19 +504,23 @@ def rank(
     forgetting: ForgettingParams,
     k: int,
 ) -> list[ScoredMemory]:
-    """The top ``k`` candidates by score, descending, ties by id ascending.
+    """The top ``k`` candidates by score, descending, ties by id ascending: the
+    :func:`score` of each, built for the ``k`` kept only.
 
     The order of ``candidates`` does not matter; two candidates with the same id
-    are a ``ValueError``.
+    are a ``ValueError``, and so is a naive ``now`` when there are candidates.
     """
     if k < 0:
         raise ValueError(f"rank needs k >= 0, got {k}")
     ids = [c.id for c in candidates]
     if len(set(ids)) != len(ids):
         raise ValueError("candidates must have distinct ids")
-    scored = [score(c, now=now, weights=weights, forgetting=forgetting) for c in candidates]
-    scored.sort(key=lambda s: (-s.score, s.id))
-    return scored[:k]
+    if candidates and not _aware(now):
+        raise ValueError(f"recall needs an aware datetime, got {now!r}")
+    scale = _Scale.of(weights)
+    scored = [(_parts(c, now, scale, forgetting), c) for c in candidates]
+    scored.sort(key=lambda pair: (-pair[0][0], pair[1].id))
+    return [_scored(c, parts) for parts, c in scored[:k]]
 
 
 def _aware(moment: datetime) -> bool:

@@ -24,6 +24,10 @@ Guarantees of every implementation:
   Qdrant filter itself (``scope_conditions``). ``agent_id`` always matches exactly;
   there is no way to pass a raw filter in, and no read without an agent.
 
+Both also implement ``HybridSearch``: a recall's dense and sparse searches as one
+batch (Edge's ``query_batch``, qdrant-client's ``query_batch_points``), with exactly
+the answers of the two searches made one after the other.
+
 Points carry a named dense vector ``"dense"`` (cosine) and a named sparse vector
 ``"sparse"`` with the IDF modifier: the projection stores term frequencies on the
 document side, the store multiplies by IDF at query time, so BM25-style scoring
@@ -54,7 +58,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -293,6 +297,19 @@ class VectorIndex(Protocol):
         """Release the store; idempotent. The handle is unusable afterwards."""
 
 
+@runtime_checkable
+class HybridSearch(Protocol):
+    """An index that runs a recall's dense and sparse searches as one request."""
+
+    def search_hybrid(
+        self, dense: list[float], sparse: SparseVector | None, scope: Scope, limit: int
+    ) -> tuple[list[Hit], list[Hit]]:
+        """Exactly ``(search_dense(dense, scope, limit), search_sparse(sparse, scope,
+        limit))``, with ``[]`` for the sparse half when ``sparse`` is None; one batch
+        (one pass over the store, one round trip to a server)."""
+        ...
+
+
 # --------------------------------------------------------------------------- locking
 
 
@@ -384,6 +401,31 @@ def _edge_filter(conditions: Sequence[Condition], ids: Sequence[str] = ()) -> qe
     return qe.Filter(must=must)
 
 
+def _edge_dense_request(vector: list[float], scope: Scope, limit: int) -> qe.QueryRequest:
+    """Top ``limit`` of the scope by cosine, with payloads."""
+    return qe.QueryRequest(
+        limit=limit,
+        query=qe.Query.Nearest(list(vector), using=DENSE),
+        filter=_edge_filter(scope_conditions(scope)),
+        with_payload=True,
+        with_vector=False,
+    )
+
+
+def _edge_sparse_request(vector: SparseVector, scope: Scope, limit: int) -> qe.QueryRequest:
+    """Top ``limit`` of the scope by IDF-weighted dot product (the tenant is the IDF
+    corpus), with payloads."""
+    corpus = qe.IdfParams(corpus=_edge_filter(tenant_conditions(scope)))
+    return qe.QueryRequest(
+        limit=limit,
+        query=qe.Query.Nearest(qe.SparseVector(vector.indices, vector.values), using=SPARSE),
+        filter=_edge_filter(scope_conditions(scope)),
+        params=qe.SearchParams(idf=corpus),
+        with_payload=True,
+        with_vector=False,
+    )
+
+
 def _edge_owned(agent_id: str, user_id: str | None) -> qe.Filter:
     """Points of ``agent_id`` whose user is ``user_id`` (None: no user)."""
     agent = _edge_condition(Equals("agent_id", agent_id))
@@ -419,7 +461,9 @@ def _edge_point(point: Point) -> qe.Point:
 
 
 def _edge_hit(point: qe.ScoredPoint | qe.Record, score: float) -> Hit:
-    return Hit(str(point.id), score, dict(point.payload or {}))
+    """``point.payload`` is a new dict at every read (converted from Rust), so it is
+    the hit's own without a copy."""
+    return Hit(str(point.id), score, point.payload or {})
 
 
 def _point_of(point_id: Any, vectors: Any, payload: dict[str, Any] | None) -> Point:
@@ -707,32 +751,33 @@ class EdgeIndex:
 
     def search_dense(self, vector: list[float], scope: Scope, limit: int) -> list[Hit]:
         _check_limit(limit)
+        request = _edge_dense_request(vector, scope, limit)
         with self._state.shared():
             shard, dims = self._reader()
             _check_dims(vector, dims)
-            request = qe.QueryRequest(
-                limit=limit,
-                query=qe.Query.Nearest(list(vector), using=DENSE),
-                filter=_edge_filter(scope_conditions(scope)),
-                with_payload=True,
-                with_vector=False,
-            )
             return [_edge_hit(p, p.score) for p in shard.query(request)]
 
     def search_sparse(self, vector: SparseVector, scope: Scope, limit: int) -> list[Hit]:
         _check_limit(limit)
-        corpus = qe.IdfParams(corpus=_edge_filter(tenant_conditions(scope)))
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(qe.SparseVector(vector.indices, vector.values), using=SPARSE),
-            filter=_edge_filter(scope_conditions(scope)),
-            params=qe.SearchParams(idf=corpus),
-            with_payload=True,
-            with_vector=False,
-        )
+        request = _edge_sparse_request(vector, scope, limit)
         with self._state.shared():
             shard, _ = self._reader()
             return [_edge_hit(p, p.score) for p in shard.query(request)]
+
+    def search_hybrid(
+        self, dense: list[float], sparse: SparseVector | None, scope: Scope, limit: int
+    ) -> tuple[list[Hit], list[Hit]]:
+        """See :class:`HybridSearch`: Edge's ``query_batch``, one planned pass."""
+        _check_limit(limit)
+        requests = [_edge_dense_request(dense, scope, limit)]
+        if sparse is not None:
+            requests.append(_edge_sparse_request(sparse, scope, limit))
+        with self._state.shared():
+            shard, dims = self._reader()
+            _check_dims(dense, dims)
+            found = shard.query_batch(qe.QueryBatchRequest(requests))
+        hits = [[_edge_hit(p, p.score) for p in points] for points in found]
+        return hits[0], hits[1] if sparse is not None else []
 
     def get(self, ids: Sequence[str], scope: Scope) -> list[Hit]:
         wanted = _unique_ids(ids)
@@ -803,6 +848,31 @@ def _client_point(point: Point) -> qm.PointStruct:
         sparse = point.sparse
         vectors[SPARSE] = qm.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
     return qm.PointStruct(id=point.id, vector=vectors, payload=dict(point.payload))
+
+
+def _client_dense_request(vector: list[float], scope: Scope, limit: int) -> qm.QueryRequest:
+    """Top ``limit`` of the scope by cosine, with payloads."""
+    return qm.QueryRequest(
+        query=list(vector),
+        using=DENSE,
+        filter=_client_filter(scope_conditions(scope)),
+        limit=limit,
+        with_payload=True,
+    )
+
+
+def _client_sparse_request(vector: SparseVector, scope: Scope, limit: int) -> qm.QueryRequest:
+    """Top ``limit`` of the scope by IDF-weighted dot product (the tenant is the IDF
+    corpus), with payloads."""
+    corpus = qm.IdfCorpusParams(corpus=_client_filter(tenant_conditions(scope)))
+    return qm.QueryRequest(
+        query=qm.SparseVector(indices=list(vector.indices), values=list(vector.values)),
+        using=SPARSE,
+        filter=_client_filter(scope_conditions(scope)),
+        params=qm.SearchParams(idf=corpus),
+        limit=limit,
+        with_payload=True,
+    )
 
 
 def _client_hit(point: qm.ScoredPoint | qm.Record, score: float) -> Hit:
@@ -1056,32 +1126,34 @@ class ClientIndex:
 
     def search_dense(self, vector: list[float], scope: Scope, limit: int) -> list[Hit]:
         _check_limit(limit)
-        with self._guard():
-            _check_dims(vector, self._dims_of(self._live()))
-            response = self._client.query_points(
-                self._alias,
-                query=list(vector),
-                using=DENSE,
-                query_filter=_client_filter(scope_conditions(scope)),
-                limit=limit,
-                with_payload=True,
-            )
-        return [_client_hit(p, p.score) for p in response.points]
+        return self._search([_client_dense_request(vector, scope, limit)], vector)[0]
 
     def search_sparse(self, vector: SparseVector, scope: Scope, limit: int) -> list[Hit]:
         _check_limit(limit)
-        corpus = qm.IdfCorpusParams(corpus=_client_filter(tenant_conditions(scope)))
+        return self._search([_client_sparse_request(vector, scope, limit)], None)[0]
+
+    def search_hybrid(
+        self, dense: list[float], sparse: SparseVector | None, scope: Scope, limit: int
+    ) -> tuple[list[Hit], list[Hit]]:
+        """See :class:`HybridSearch`: ``query_batch_points``, one round trip."""
+        _check_limit(limit)
+        requests = [_client_dense_request(dense, scope, limit)]
+        if sparse is not None:
+            requests.append(_client_sparse_request(sparse, scope, limit))
+        hits = self._search(requests, dense)
+        return hits[0], hits[1] if sparse is not None else []
+
+    def _search(
+        self, requests: list[qm.QueryRequest], dense: list[float] | None
+    ) -> list[list[Hit]]:
+        """The hits of each request, run as one batch on the live version; the size of
+        ``dense`` (when given) is checked against the live version first."""
         with self._guard():
-            response = self._client.query_points(
-                self._live(),
-                query=qm.SparseVector(indices=list(vector.indices), values=list(vector.values)),
-                using=SPARSE,
-                query_filter=_client_filter(scope_conditions(scope)),
-                search_params=qm.SearchParams(idf=corpus),
-                limit=limit,
-                with_payload=True,
-            )
-        return [_client_hit(p, p.score) for p in response.points]
+            live = self._live()
+            if dense is not None:
+                _check_dims(dense, self._dims_of(live))
+            responses = self._client.query_batch_points(live, requests)
+        return [[_client_hit(p, p.score) for p in response.points] for response in responses]
 
     def get(self, ids: Sequence[str], scope: Scope) -> list[Hit]:
         wanted = _unique_ids(ids)

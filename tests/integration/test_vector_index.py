@@ -21,6 +21,7 @@ from sinks.vectors import (
     ClientIndex,
     EdgeIndex,
     Hit,
+    HybridSearch,
     Point,
     Scope,
     SparseVector,
@@ -147,6 +148,49 @@ def test_rare_terms_weigh_more_than_common_ones(index: VectorIndex) -> None:
     hits = index.search_sparse(terms("common", "rare"), A, 10)
     assert hits[0].id == rare.id
     assert hits[0].score > 2 * hits[1].score
+
+
+HYBRID_SCOPES = (
+    A,
+    Scope("a", user_id="u2"),
+    Scope("a", layers=("L3",)),
+    Scope("a", min_importance=6.0),
+    Scope("a", include_forgotten=True),
+    Scope("b"),
+)
+
+
+@pytest.mark.parametrize("scope", HYBRID_SCOPES, ids=repr)
+def test_a_hybrid_search_is_the_two_searches_at_once(index: VectorIndex, scope: Scope) -> None:
+    """``search_hybrid`` (one batch) answers exactly what ``search_dense`` and
+    ``search_sparse`` answer one after the other, in every scope: the same points,
+    payloads and scores, the tenant's IDF corpus included."""
+    assert isinstance(index, HybridSearch)
+    others = [
+        point("u2", axis(0), ("kyoto", "cherry"), user_id="u2", importance=7.0),
+        point("l3", axis(1), ("cherry", "trip"), layer="L3", promoted=True),
+        point("gone", axis(0), ("kyoto",), forgotten=True),
+        point("b-kyoto", axis(0), ("kyoto", "cherry"), agent="b"),
+        point("b-late", None, ("kyoto",), agent="b"),
+    ]
+    index.upsert([*MEMORIES, *others])
+    query, words = dense(0.9, 0.3, 0.1), terms("kyoto", "cherry", "花生")
+    for limit in (1, 3, 10):
+        both = index.search_hybrid(query, words, scope, limit)
+        assert both == (
+            index.search_dense(query, scope, limit),
+            index.search_sparse(words, scope, limit),
+        )
+    assert index.search_hybrid(query, None, scope, 10) == (index.search_dense(query, scope, 10), [])
+
+
+def test_a_hybrid_search_checks_its_arguments(index: VectorIndex) -> None:
+    assert isinstance(index, HybridSearch)
+    index.upsert(MEMORIES)
+    with pytest.raises(ValueError, match="limit"):
+        index.search_hybrid(axis(0), terms("kyoto"), A, 0)
+    with pytest.raises(ValueError, match="dimensions"):
+        index.search_hybrid([1.0, 0.0], terms("kyoto"), A, 3)
 
 
 def test_upserting_a_batch_twice_equals_upserting_it_once(index: VectorIndex) -> None:

@@ -532,6 +532,18 @@ def test_rank_is_deterministic_and_order_independent(
     assert keys == sorted(keys)
 
 
+@given(pools, weights, st.sampled_from(CURVES), st.integers(0, 15), moments)
+def test_rank_is_the_top_k_of_every_score(
+    pool: list[Candidate], chosen: RecallWeights, curve: Curve, k: int, now: datetime
+) -> None:
+    """Ranking scores every candidate once and builds the kept ones only: the same
+    models, with the same values, as :func:`score` of each, sorted."""
+    params = PARAMS[curve]
+    every = [score(c, now=now, weights=chosen, forgetting=params) for c in pool]
+    every.sort(key=lambda s: (-s.score, s.id))
+    assert rank(pool, now=now, weights=chosen, forgetting=params, k=k) == every[:k]
+
+
 @given(candidates, weights, st.sampled_from(CURVES), moments)
 def test_scores_are_finite_and_in_range(
     memory: Candidate, chosen: RecallWeights, curve: Curve, now: datetime
