@@ -175,6 +175,7 @@ def build_worker_app(
             bootstrap=bootstrap,
             keys=keys,
             projected=derivation.memory_starts,
+            on_erased=lambda erased: history.call(lambda: history.record_vector_erasures(erased)),
         )
     return app
 

@@ -293,7 +293,26 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY (agent_id, config_version, seq)""",
         ),
     ),
+    (
+        7,
+        (
+            # The vector points an erasure deleted, per request and agent (issue 7): the
+            # vector projection deletes them after the fold's purge; a redelivery deletes
+            # nothing more, and the largest count stays.
+            """CREATE TABLE IF NOT EXISTS erasure_vectors (
+                request_id UUID,
+                agent_id String,
+                points UInt64,
+                at DateTime64(3, 'UTC')
+            ) ENGINE = ReplacingMergeTree(points)
+            ORDER BY (request_id, agent_id)""",
+        ),
+    ),
 )
+
+VECTOR_POINTS = "vector points"
+"""The key of a receipt's ``rows`` that counts the vector points its erasure deleted
+(absent until the vector projection has applied the erasure)."""
 
 CHECKPOINT_EVERY = 500
 """How many sequence numbers apart the retained checkpoints of an agent are, at least."""
@@ -604,11 +623,33 @@ class ClickHouseHistory:
         return int(found.result_rows[0][0]) > 0
 
     def erasures(self) -> list[ErasureReceipt]:
-        """Every receipt, oldest erasure first."""
+        """Every receipt, oldest erasure first; ``rows`` counts the vector points the
+        erasure deleted too (:data:`VECTOR_POINTS`), once the vector projection did."""
         result = self.client.query(
             f"SELECT {', '.join(ERASURE_COLUMNS)} FROM erasures FINAL ORDER BY erased_at, agent_id"
         )
-        return [_receipt_of(row) for row in result.result_rows]
+        points = {
+            (str(request), str(agent)): int(n)
+            for request, agent, n in self.client.query(
+                "SELECT request_id, agent_id, max(points) FROM erasure_vectors"
+                " GROUP BY request_id, agent_id"
+            ).result_rows
+        }
+        receipts = [_receipt_of(row) for row in result.result_rows]
+        for r in receipts:
+            found = points.get((str(r.request_id), r.agent_id))
+            if found is not None:
+                r.rows[VECTOR_POINTS] = found
+        return receipts
+
+    def record_vector_erasures(self, erased: Sequence[tuple[SubjectErased, int]]) -> None:
+        """Record the vector points each erasure deleted from its agent's points."""
+        now = datetime.now(UTC)
+        rows = [[e.body.request_id, e.agent_id, points, now] for e, points in erased]
+        if rows:
+            self.client.insert(
+                "erasure_vectors", rows, column_names=["request_id", "agent_id", "points", "at"]
+            )
 
     async def write_changes(self, table: str, changes: Sequence[DerivedEvent]) -> None:
         """Insert memory changes into ``table`` (a version being rebuilt, or the live one)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -163,30 +163,51 @@ def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
     return ops
 
 
-def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> None:
-    """Apply ``ops`` in order, each run of one kind as one store call."""
+def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> list[int]:
+    """Apply ``ops`` in order, each run of one kind as one store call; return, for
+    each ``erase`` operation in order, how many points it deleted."""
     run: list[Any] = []
+    erased: list[int] = []
     for position, op in enumerate(ops):
         run.append(op.item)
         last = position + 1 == len(ops) or ops[position + 1].kind != op.kind
         if last:
-            _apply_run(index, op.kind, run)
+            erased += _apply_run(index, op.kind, run)
             faults.reached("vectors.run")
             run = []
+    return erased
 
 
-def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> None:
+def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> list[int]:
     faults.check("vectors")  # an injected outage or slowness of the store (ENGRAM_FAULT)
     if kind == "erase":
+        counts = []
         for agent_id, user_id in items:
             erased = index.erase(agent_id, user_id)
             log.info("erased %d points of %r (user %r)", erased, agent_id, user_id)
-    elif kind == "upsert":
+            counts.append(erased)
+        return counts
+    if kind == "upsert":
         index.upsert(items)
     elif kind == "dense":
         index.set_dense(items)
     else:
         index.set_payload(items)
+    return []
+
+
+def erased_points(
+    events: Sequence[DerivedEvent], counts: Sequence[int]
+) -> list[tuple[SubjectErased, int]]:
+    """Each ``subject.erased`` of ``events`` with the points its operations deleted
+    (``counts``: what :func:`apply_operations` returned for ``operations(events)``)."""
+    out, taken = [], 0
+    for event in events:
+        if isinstance(event, SubjectErased):
+            mine = len(erasures(event))
+            out.append((event, sum(counts[taken : taken + mine])))
+            taken += mine
+    return out
 
 
 def embedded_event(
@@ -280,6 +301,7 @@ def register_vectors(
     within: float = 0.2,
     keys: WorkerKeys | None = None,
     projected: dict[int, int] | None = None,
+    on_erased: Callable[[Sequence[tuple[SubjectErased, int]]], Awaitable[None]] | None = None,
 ) -> None:
     """Declare the embedding and vector-projection agents on ``app``. With ``keys``
     and a :class:`SealingCodec`, each batch's keys are covered before it is opened,
@@ -287,7 +309,9 @@ def register_vectors(
     partition of ``memory_topic``, the offset below which a reprocess embedded and
     projected everything already (:mod:`ops.reprocess`): both agents pass those
     records over (acked, not acted on). Not a seek: the embedded broker's end offsets
-    count record batches, so a seek there may land past what it reports."""
+    count record batches, so a seek there may land past what it reports. ``on_erased``
+    gets each ``subject.erased`` applied with the points it deleted (for the erasure's
+    receipt), once they are deleted and before the batch is acked."""
     starts = dict(projected or {})
 
     def fresh(messages: Sequence[Any]) -> list[Any]:
@@ -350,12 +374,17 @@ def register_vectors(
 
     async def apply(messages: list[Any]) -> None:
         raws = await covered(fresh(messages) if starts else messages)
-        ops = operations(decode_all(codec, raws, VECTOR_TYPES), embedder.name)
-        if ops:
-            await retry_in_place(
-                lambda: off_loop(store_pool, lambda: apply_operations(index, ops)),
-                what="project vectors",
-            )
+        events = decode_all(codec, raws, VECTOR_TYPES)
+        ops = operations(events, embedder.name)
+        if not ops:
+            return
+        counts: list[int] = await retry_in_place(
+            lambda: off_loop(store_pool, lambda: apply_operations(index, ops)),
+            what="project vectors",
+        )
+        erased = erased_points(events, counts)
+        if erased and on_erased is not None:
+            await retry_in_place(lambda: on_erased(erased), what="record erased points")
 
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:

@@ -212,8 +212,21 @@ def test_the_receipt_counts_what_went_and_status_lists_it(
         done = {c["request_id"]: c for c in status["completed"]}
         return None if pending else done.get(str(request))
 
+    def vector_points() -> dict[str, int] | None:
+        found = stack.rows(
+            "SELECT agent_id, max(points) FROM erasure_vectors WHERE request_id = {r:UUID}"
+            " GROUP BY agent_id",
+            r=request,
+        )
+        return {str(a): int(n) for a, n in found} if len(found) == len(AGENTS) else None
+
+    # the vector projection counts the points it deleted, per agent
+    points = wait_until(vector_points, 60, "the vector points erased with each agent")
+    assert all(n >= 1 for n in points.values()), points
     # completed once every partition's fold has committed past the request
-    assert wait_until(completed, 30, "the erasure completed in status")["agents"] == len(AGENTS)
+    done = wait_until(completed, 30, "the erasure completed in status")
+    assert done["agents"] == len(AGENTS)
+    assert done["rows"]["vector points"] == sum(points.values())
     for bad in ("", "tab\there"):
         refused = httpx.post(f"{stack.http}/v1/erasures", json={"subject": bad}, timeout=30)
         assert refused.status_code == 422, refused.text

@@ -10,8 +10,16 @@ from uuid import UUID
 import pytest
 
 from processors import AgentMemory, MemoryConfig
-from schemas import Codec, DerivedEvent, InteractionRecorded, MemoryCreated, WorkingUpdated
-from streams.vectors import CREATED, VECTOR_TYPES, decode_all
+from schemas import (
+    Codec,
+    DerivedEvent,
+    InteractionRecorded,
+    MemoryCreated,
+    SubjectErased,
+    SubjectErasureRequested,
+    WorkingUpdated,
+)
+from streams.vectors import CREATED, VECTOR_TYPES, decode_all, erased_points, operations
 
 
 def derived() -> list[DerivedEvent]:
@@ -45,3 +53,24 @@ def test_only_the_asked_types_are_decoded(caplog: pytest.LogCaptureFixture) -> N
         assert not caplog.records
         assert decode_all(codec, [broken]) == []
     assert "undecodable record" in caplog.text
+
+
+def test_each_erasure_gets_the_points_its_operations_deleted() -> None:
+    """An agent erased as its own subject deletes two owners' points (the subject's and
+    those without a user), a user one: the counts add up per ``subject.erased``."""
+    memory = AgentMemory.empty("bot", MemoryConfig())
+    events = list(derived())
+    for i, subject in enumerate(("mei", "bot"), 1):
+        request = SubjectErasureRequested(
+            event_id=UUID(int=100 + i),
+            agent_id="bot",
+            occurred_at=datetime(2026, 11, 3, tzinfo=UTC),
+            body={"subject": subject},
+        )
+        events += memory.apply(request).derived
+    erased = [e for e in events if isinstance(e, SubjectErased)]
+    ops = operations(events, "usem3")
+    assert [op.kind for op in ops if op.kind == "erase"] == ["erase"] * 3
+    found = erased_points(events, [4, 2, 1])
+    assert [(e.body.subject, n) for e, n in found] == [("mei", 4), ("bot", 3)]
+    assert [e for e, _ in found] == erased
