@@ -289,6 +289,14 @@ def vectors_of(vector: Any) -> Any:
     return list(vector) if vector is not None else None
 
 
+def archived(up: Mapping[str, Any]) -> int:
+    """Events in the stack's archive (-1 when it does not answer: it died)."""
+    try:
+        return int(rows(up, "SELECT count() FROM events")[0][0])
+    except Exception:  # a killed worker's endpoint is gone
+        return -1
+
+
 def start(home: Path, env: Mapping[str, str]) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     return launch(home, env, timeout=180)
 
@@ -297,22 +305,30 @@ def kill_life(
     home: Path, bootstrap: str, plan: str, chunk: Sequence[Event], wait: float = 60.0
 ) -> Life:
     """Start the worker with ``plan`` (``point:n`` or ``random:seconds``), publish
-    ``chunk`` (in two halves a second apart), and end the worker by SIGKILL: its own
-    at the fault point, or ours at the random moment (or when the point is not
+    ``chunk`` (in two halves: the second once the worker has archived some of the first,
+    or a second after it when nothing is archived yet), and end the worker by SIGKILL:
+    its own at the fault point, or ours at the random moment (or when the point is not
     reached within ``wait`` s)."""
     kind, _, arg = plan.rpartition(":")
     extra = {"ENGRAM_CRASH_AT": plan} if kind in POINTS else {}
     begun = time.monotonic()
-    process, _ = start(home, worker_env(home, bootstrap, extra))
+    process, up = start(home, worker_env(home, bootstrap, extra))
     life = Life(plan)
     try:
-        # in a few parts a second apart, so the worker flushes more than once even
-        # when one batch could take the whole chunk (a plan may name the n-th passage)
+        # in two parts, the second once the worker is folding the first, so it flushes
+        # more than once even when one batch could take the whole chunk (a plan may name
+        # the n-th passage); a worker still joining its group would take both at once
         half = len(chunk) // 2
-        for part in (chunk[:half], chunk[half:]):
-            asyncio.run(create_and_publish(bootstrap, part))
-            if process.poll() is None:
-                time.sleep(1.0)
+        before = archived(up)
+        asyncio.run(create_and_publish(bootstrap, chunk[:half]))
+        folding = time.monotonic() + 60.0
+        while process.poll() is None and time.monotonic() < folding:
+            time.sleep(0.2)
+            if archived(up) > before:
+                break
+        asyncio.run(create_and_publish(bootstrap, chunk[half:]))
+        if process.poll() is None:
+            time.sleep(1.0)
         deadline = time.monotonic() + (float(arg) if kind == "random" else wait)
         while time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
