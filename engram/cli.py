@@ -394,15 +394,33 @@ def reprocess(
 
 
 @app.command("config")
-def config_cmd() -> None:
-    """Print the default processor parameters as JSON: a starting point for
-    `engram reprocess --config`.
+def config_cmd(
+    live: Annotated[
+        bool, typer.Option("--live", help="The running stack's parameters, not the defaults.")
+    ] = False,
+) -> None:
+    """Print the processor parameters as JSON (the defaults, or with --live those of the
+    running stack's live derivation): a starting point for `engram reprocess --config`.
 
-    Example: engram config > params.json
+    Example: engram config --live > params.json
     """
+    from engram.client import read_up_file
     from processors import MemoryConfig
 
-    print(MemoryConfig().model_dump_json(indent=2))
+    if not live:
+        print(MemoryConfig().model_dump_json(indent=2))
+        return
+    settings = load_settings()
+    up = read_up_file(settings.up_file)
+    if up is None:
+        raise fail(f"engram is not running (no {settings.up_file}); start `engram up` first", 2)
+    try:
+        found = httpx.get(f"{up['http']}/v1/admin/derivations", timeout=30)
+        found.raise_for_status()
+    except httpx.HTTPError as error:
+        raise fail(f"the stack did not answer: {error}") from None
+    config = MemoryConfig.model_validate(found.json()[-1]["config"])
+    print(config.model_dump_json(indent=2))
 
 
 _AGENT = typer.Option("--agent", "-a", help="The agent whose memory to reconstruct.")

@@ -459,8 +459,13 @@ def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
     live = derivations(world)[-1]
+    shown = subprocess.run(
+        engram_cmd("config", "--live"), env=world.env, capture_output=True, text=True, check=False
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert MemoryConfig.model_validate_json(shown.stdout).version == live["version"]
     same = tmp_path / "same.json"
-    same.write_text(json.dumps(live["config"]))
+    same.write_text(shown.stdout)
     again = cli(world, "--config", str(same))
     assert again.returncode == 1 and "is the live derivation already" in again.stderr
 
