@@ -67,7 +67,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -147,10 +147,7 @@ class Progress:
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> RebuildStatus:
-        elapsed = max((self.ended or time.monotonic()) - self.started, 1e-6)
-        rate = self.done / elapsed
-        left = max(self.total - self.done, 0)
-        running = self.state == "running"
+        rate, eta = pace(self.done, self.total, self.started, self.ended, self.state == "running")
         return RebuildStatus(
             target=self.target,
             state=self.state,
@@ -158,8 +155,8 @@ class Progress:
             done=self.done,
             total=self.total,
             applied=self.applied,
-            rate=round(rate, 1),
-            eta_s=round(left / rate, 1) if running and rate > 0 else None,
+            rate=rate,
+            eta_s=eta,
             live=self.live,
             building=self.building,
             previous=self.previous,
@@ -884,22 +881,96 @@ class RebuildFailed(RuntimeError):
     """The stack refused the rebuild, or it ended failed."""
 
 
-def _status_or_raise(response: httpx.Response) -> RebuildStatus:
+class JobStatus(Protocol):
+    """What a long admin job's status tells the CLI that follows it."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def phase(self) -> str: ...
+    @property
+    def done(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def eta_s(self) -> float | None: ...
+
+
+S = TypeVar("S", bound=JobStatus)
+UNDER_WAY = ("running", "swapping", "settling")
+"""The states of a job that has not ended."""
+
+
+def pace(
+    done: int, total: int, started: float, ended: float | None, running: bool
+) -> tuple[float, float | None]:
+    """Rate (per second since ``started``) and, while ``running``, the ETA in seconds."""
+    rate = done / max((ended or time.monotonic()) - started, 1e-6)
+    left = max(total - done, 0)
+    return round(rate, 1), (round(left / rate, 1) if running and rate > 0 else None)
+
+
+def status_or_raise(
+    response: httpx.Response, parse: Callable[[Any], S], failed: type[Exception]
+) -> S:
+    """The job status in ``response`` (``parse`` of its JSON); ``failed`` with the
+    stack's reason on a refusal."""
     if response.status_code >= 400:
         try:
             reason = response.json().get("reason") or response.text
         except ValueError:
             reason = response.text
-        raise RebuildFailed(f"the stack refused: {reason}")
-    return RebuildStatus.model_validate(response.json())
+        raise failed(f"the stack refused: {reason}")
+    return parse(response.json())
 
 
-def _rate(status: RebuildStatus) -> str:
-    return f"{status.rate:,.0f} events/s"
-
-
-def _eta(status: RebuildStatus) -> str:
-    return f"ETA {status.eta_s:,.0f}s" if status.eta_s is not None else ""
+def follow(
+    client: httpx.Client,
+    path: str,
+    status: S,
+    read: Callable[[httpx.Response], S],
+    *,
+    title: str,
+    unit: str,
+    console: Console,
+    poll_s: float,
+) -> S:
+    """Follow the job at ``path`` with a progress bar (``unit`` done of total, rate,
+    ETA, phase) until it ends; Ctrl-C cancels it (``DELETE``) and waits for that."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[eta]}"),
+        TimeElapsedColumn(),
+        TextColumn("[dim]{task.fields[phase]}"),
+    )
+    with ProgressBar(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(title, total=None, rate="", eta="", phase="")
+        try:
+            while status.state in UNDER_WAY:
+                time.sleep(poll_s)
+                status = read(client.get(path))
+                bar.update(
+                    task,
+                    completed=status.done,
+                    total=status.total or None,
+                    rate=f"{status.rate:,.0f} events/s",
+                    eta=f"ETA {status.eta_s:,.0f}s" if status.eta_s is not None else "",
+                    phase=status.phase,
+                )
+        except KeyboardInterrupt:
+            bar.update(task, phase="cancelling…")
+            status = read(client.delete(path))
+            while status.state in UNDER_WAY:
+                time.sleep(poll_s)
+                status = read(client.get(path))
+        bar.update(task, completed=status.done, total=status.total or 1, eta="")
+    return status
 
 
 def run_rebuild(
@@ -914,37 +985,14 @@ def run_rebuild(
     """Start a rebuild on the stack at ``http`` and follow it with a progress bar
     until it ends; Ctrl-C cancels it (before its swap) and waits for that."""
     body = {"target": target, "keep": keep, "max_rate": max_rate}
+
+    def read(response: httpx.Response) -> RebuildStatus:
+        return status_or_raise(response, RebuildStatus.model_validate, RebuildFailed)
+
     with httpx.Client(base_url=http, timeout=30) as client:
-        status = _status_or_raise(client.post("/v1/admin/rebuilds", json=body))
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("offsets"),
-            TextColumn("{task.fields[rate]}"),
-            TextColumn("{task.fields[eta]}"),
-            TimeElapsedColumn(),
-            TextColumn("[dim]{task.fields[phase]}"),
+        status = read(client.post("/v1/admin/rebuilds", json=body))
+        path = f"/v1/admin/rebuilds/{target}"
+        title = f"rebuild {target}"
+        return follow(
+            client, path, status, read, title=title, unit="offsets", console=console, poll_s=poll_s
         )
-        with ProgressBar(*columns, console=console, transient=False) as bar:
-            task = bar.add_task(f"rebuild {target}", total=None, rate="", eta="", phase="")
-            try:
-                while status.state in ("running", "swapping", "settling"):
-                    time.sleep(poll_s)
-                    status = _status_or_raise(client.get(f"/v1/admin/rebuilds/{target}"))
-                    bar.update(
-                        task,
-                        completed=status.done,
-                        total=status.total or None,
-                        rate=_rate(status),
-                        eta=_eta(status),
-                        phase=status.phase,
-                    )
-            except KeyboardInterrupt:
-                bar.update(task, phase="cancelling…")
-                status = _status_or_raise(client.delete(f"/v1/admin/rebuilds/{target}"))
-                while status.state in ("running", "swapping", "settling"):
-                    time.sleep(poll_s)
-                    status = _status_or_raise(client.get(f"/v1/admin/rebuilds/{target}"))
-            bar.update(task, completed=status.done, total=status.total or 1, eta="")
-    return status

@@ -60,8 +60,6 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as ProgressBar
 
 from engram.service import Problem, problem
 from ops.rebuild import (
@@ -71,6 +69,9 @@ from ops.rebuild import (
     LogReader,
     Progress,
     VectorProjection,
+    follow,
+    pace,
+    status_or_raise,
 )
 from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics
 from processors import MemoryConfig
@@ -170,9 +171,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> ReprocessStatus:
-        elapsed = max((self.ended or time.monotonic()) - self.started, 1e-6)
-        rate = self.done / elapsed
-        left = max(self.total - self.done, 0)
+        rate, eta = pace(self.done, self.total, self.started, self.ended, self.state == "running")
         return ReprocessStatus(
             state=self.state,
             phase=self.phase,
@@ -185,8 +184,8 @@ class Job:
             derived=self.derived,
             embedded=self.embedded,
             reused=self.reused,
-            rate=round(rate, 1),
-            eta_s=round(left / rate, 1) if self.state == "running" and rate > 0 else None,
+            rate=rate,
+            eta_s=eta,
             clickhouse=self.clickhouse.live if self.state == "done" else self.clickhouse.building,
             vectors=self.vectors.live if self.state == "done" else self.vectors.building,
             previous_clickhouse=self.clickhouse.previous,
@@ -991,16 +990,6 @@ class ReprocessFailed(RuntimeError):
     """The stack refused the reprocess, or it ended failed."""
 
 
-def _status_or_raise(response: httpx.Response) -> ReprocessStatus:
-    if response.status_code >= 400:
-        try:
-            reason = response.json().get("reason") or response.text
-        except ValueError:
-            reason = response.text
-        raise ReprocessFailed(f"the stack refused: {reason}")
-    return ReprocessStatus.model_validate(response.json())
-
-
 def run_reprocess(
     http: str,
     config: MemoryConfig,
@@ -1013,49 +1002,26 @@ def run_reprocess(
     """Start a reprocess on the stack at ``http`` and follow it with a progress bar until
     it ends; Ctrl-C cancels it (before its swap) and waits for that."""
     body = {"config": config.model_dump(mode="json"), "keep": keep, "max_rate": max_rate}
+
+    def read(response: httpx.Response) -> ReprocessStatus:
+        return status_or_raise(response, ReprocessStatus.model_validate, ReprocessFailed)
+
     with httpx.Client(base_url=http, timeout=30) as client:
         started = client.post(  # may wait for the worker group to come down to one member
             "/v1/admin/reprocess", json=body, timeout=MEMBER_PATIENCE_S + 60
         )
-        status = _status_or_raise(started)
-        columns = (
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("offsets of engram.events"),
-            TextColumn("{task.fields[rate]}"),
-            TextColumn("{task.fields[eta]}"),
-            TimeElapsedColumn(),
-            TextColumn("[dim]{task.fields[phase]}"),
+        status = read(started)
+        title = f"reprocess to generation {status.generation}"
+        return follow(
+            client,
+            "/v1/admin/reprocess",
+            status,
+            read,
+            title=title,
+            unit="offsets of engram.events",
+            console=console,
+            poll_s=poll_s,
         )
-        with ProgressBar(*columns, console=console, transient=False) as bar:
-            task = bar.add_task(
-                f"reprocess to generation {status.generation}",
-                total=None,
-                rate="",
-                eta="",
-                phase="",
-            )
-            try:
-                while status.state in ("running", "swapping"):
-                    time.sleep(poll_s)
-                    status = _status_or_raise(client.get("/v1/admin/reprocess"))
-                    bar.update(
-                        task,
-                        completed=status.done,
-                        total=status.total or None,
-                        rate=f"{status.rate:,.0f} events/s",
-                        eta=f"ETA {status.eta_s:,.0f}s" if status.eta_s is not None else "",
-                        phase=status.phase,
-                    )
-            except KeyboardInterrupt:
-                bar.update(task, phase="cancelling…")
-                status = _status_or_raise(client.delete("/v1/admin/reprocess"))
-                while status.state in ("running", "swapping"):
-                    time.sleep(poll_s)
-                    status = _status_or_raise(client.get("/v1/admin/reprocess"))
-            bar.update(task, completed=status.done, total=status.total or 1, eta="")
-    return status
 
 
 def load_config(path: str) -> MemoryConfig:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from schemas.sealed import SealingCodec
 
 
 @dataclass(frozen=True)
@@ -79,3 +85,41 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
         return [s.name for s in missing]
     finally:
         await admin.close()
+
+
+async def read_to_end(
+    bootstrap: str, topic: str, each: Callable[[list[ConsumerRecord[Any, Any]]], None]
+) -> int:
+    """Read every partition of ``topic`` from its start until a fetch brings nothing
+    (Tansu's end offsets can fall short of the last records), handing each fetch's
+    records to ``each``; return how many were read."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        await consumer.topics()
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        read = 0
+        while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
+            for records in fetched.values():
+                each(records)
+                read += len(records)
+        return read
+    finally:
+        await consumer.stop()
+
+
+async def topic_kinds(bootstrap: str, topic: str) -> Counter[str]:
+    """How many records of each event type ``topic`` holds (read from the headers:
+    sealed records need no key; ``?`` for bytes that do not say)."""
+    codec, kinds = SealingCodec(None), Counter[str]()
+    await read_to_end(
+        bootstrap, topic, lambda rs: kinds.update(codec.kind(r.value or b"") or "?" for r in rs)
+    )
+    return kinds

@@ -16,18 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
-from collections import Counter
 from datetime import datetime
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from ops.bench.common import machine, start_stack
 from ops.bench.timetravel import history_of
+from ops.topics import read_to_end, topic_kinds
 from processors import MemoryConfig
 from schemas import Event
-from schemas.sealed import SealingCodec
 
 NEW = MemoryConfig(name="bench-fsrs", forgetting={"curve": "fsrs"}, episodes={"idle_gap_s": 600.0})
 
@@ -49,42 +47,15 @@ def histories(events: int, agents: int) -> list[Event]:
 
 async def consume_rate(bootstrap: str, topic: str) -> float:
     """Records per second of a plain consumer reading ``topic`` from its start."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        started, read = time.perf_counter(), 0
-        while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
-            read += sum(len(r) for r in fetched.values())
-        return read / (time.perf_counter() - started - 1.0)  # the last, empty wait
-    finally:
-        await consumer.stop()
+    started = time.perf_counter()
+    read = await read_to_end(bootstrap, topic, lambda _: None)
+    return read / (time.perf_counter() - started - 1.0)  # the last, empty wait
 
 
 async def embedded_all(bootstrap: str, topic: str) -> bool:
     """Whether every ``memory.created`` on ``topic`` has its ``memory.embedded``."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        kinds, codec = Counter[str](), SealingCodec(None)
-        while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
-            for records in fetched.values():
-                kinds.update(codec.kind(r.value or b"") or "?" for r in records)
-        return kinds["memory.created"] == kinds["memory.embedded"] > 0
-    finally:
-        await consumer.stop()
+    kinds = await topic_kinds(bootstrap, topic)
+    return kinds["memory.created"] == kinds["memory.embedded"] > 0
 
 
 def wait_folded(stack: Any, count: int, timeout: float) -> float:

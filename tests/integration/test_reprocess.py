@@ -25,17 +25,19 @@ from typing import Any
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from engram.client import Memory
 from engram.erasure import broadcast, erasure_request
 from engram.events import make_event
+from engram.results import Snapshot
+from ops.bench.timetravel import comparable
 from ops.broker import EmbeddedBroker
 from ops.launch import launch
 from ops.reprocess import group_members
+from ops.topics import topic_kinds
 from processors import AgentMemory, MemoryConfig
 from schemas import Codec, Event, SubjectErasureRequested
-from schemas.sealed import SealingCodec
 from streams.pipeline import erasure_for
 from tests.integration.test_rebuild import START, history_of
 from tests.support import Stack, engram_cmd, engram_env, wait_until
@@ -166,23 +168,7 @@ def holding(world: World, needle: str) -> list[tuple[Any, ...]]:
 
 
 def topic_types(bootstrap: str, topic: str) -> Counter[str]:
-    async def read() -> Counter[str]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-        await consumer.start()
-        try:
-            await consumer.topics()
-            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            codec, seen = SealingCodec(None), Counter[str]()
-            while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
-                for records in fetched.values():
-                    seen.update(codec.kind(r.value or b"") or "?" for r in records)
-            return seen
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(read())
+    return asyncio.run(topic_kinds(bootstrap, topic))
 
 
 def embedded_all(world: World, topic: str) -> bool:
@@ -258,9 +244,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             world.stack.stop()
 
 
-def cli(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def engram(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``engram *args`` against the module's stack."""
     return subprocess.run(
-        engram_cmd("reprocess", *args),
+        engram_cmd(*args),
         env=world.env,
         capture_output=True,
         text=True,
@@ -269,33 +256,19 @@ def cli(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
+def cli(world: World, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return engram(world, "reprocess", *args, timeout=timeout)
+
+
 async def members_of(world: World) -> int:
     return await group_members(world.stack.bootstrap, GROUP) or 0
 
 
-def road_json(world: World, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        engram_cmd(*args, "--format", "json"),
-        env=world.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def road(world: World, *args: str) -> dict[str, Any]:
+    """A time-travel command's snapshot, as both roads answer it."""
+    done = engram(world, *args, "--format", "json", timeout=120)
     assert done.returncode == 0, done.stderr
-    found: dict[str, Any] = json.loads(done.stdout)
-    return found
-
-
-def comparable(data: dict[str, Any]) -> dict[str, Any]:
-    """What both roads answer (see ``ops.bench.timetravel.comparable``)."""
-    data = {k: v for k, v in data.items() if k != "road"}
-    data["position"].pop("skipped", None)
-    for item in data["memory_items"]:
-        item.pop("text", None)
-    for fact in data["facts"]:
-        fact.pop("confidence", None)
-    return data
+    return comparable(Snapshot.model_validate_json(done.stdout))
 
 
 def derivations(world: World) -> list[dict[str, Any]]:
@@ -374,8 +347,8 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
     agent = sorted(world.events)[0]
     now = datetime.now(UTC).isoformat()
     roads = [
-        comparable(road_json(world, "history", "--agent", agent, "--as-of", now)),
-        comparable(road_json(world, "replay", "--agent", agent, "--until", now)),
+        road(world, "history", "--agent", agent, "--as-of", now),
+        road(world, "replay", "--agent", agent, "--until", now),
     ]
     assert roads[0] == roads[1]
     assert roads[0]["memory_items"]
@@ -459,9 +432,7 @@ def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
     live = derivations(world)[-1]
-    shown = subprocess.run(
-        engram_cmd("config", "--live"), env=world.env, capture_output=True, text=True, check=False
-    )
+    shown = engram(world, "config", "--live")
     assert shown.returncode == 0, shown.stderr
     assert MemoryConfig.model_validate_json(shown.stdout).version == live["version"]
     same = tmp_path / "same.json"
@@ -502,14 +473,7 @@ def test_a_new_embedding_model_reruns_only_the_embedding_stage(world: World) -> 
     with Memory(http=world.stack.http) as memory:  # the new model's collection is empty
         assert memory.recall("office in Hamburg", agent_id=agent, k=3, record=False).memories == []
 
-    done = subprocess.run(
-        engram_cmd("rebuild", "vectors"),
-        env=world.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = engram(world, "rebuild", "vectors", timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
     after = topic_types(world.stack.bootstrap, topic)
     assert after["memory.embedded"] == before["memory.embedded"] + before["memory.created"]
@@ -520,13 +484,6 @@ def test_a_new_embedding_model_reruns_only_the_embedding_stage(world: World) -> 
         found = memory.recall("office in Hamburg", agent_id=agent, k=3, record=False)
     assert any("Hamburg" in m.text for m in found.memories)
 
-    again = subprocess.run(
-        engram_cmd("rebuild", "vectors"),
-        env=world.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    again = engram(world, "rebuild", "vectors", timeout=600)
     assert again.returncode == 0, again.stderr + again.stdout
     assert topic_types(world.stack.bootstrap, topic) == after  # replayed, not embedded again
