@@ -100,23 +100,17 @@ class Cancelled(Exception):
 # --------------------------------------------------------------------------- status
 
 
-class RebuildStatus(BaseModel):
-    """Where a rebuild is: offsets of ``engram.memory`` read (``done`` of ``total``,
-    the end offsets of the last pass), events applied, rate and versions."""
+class JobView(BaseModel):
+    """What the status of every long admin job says (a rebuild's, a reprocess's):
+    ``done`` of ``total`` offsets read, the rate and ETA, what was cleaned up first."""
 
     model_config = ConfigDict(extra="forbid")
 
-    target: Target
-    state: State
     phase: str
     done: int = 0
     total: int = 0
-    applied: int = 0
     rate: float = 0.0
     eta_s: float | None = None
-    live: int | None = None
-    building: int | None = None
-    previous: int | None = None
     keep: bool = False
     cleaned: list[str] = []
     started_at: datetime
@@ -124,20 +118,25 @@ class RebuildStatus(BaseModel):
     error: str | None = None
 
 
-@dataclass
-class Progress:
-    """The mutable side of a status, updated by the rebuild's thread."""
+class RebuildStatus(JobView):
+    """Where a rebuild is: offsets of ``engram.memory`` read (``done`` of ``total``,
+    the end offsets of the last pass), events applied, rate and versions."""
 
     target: Target
-    keep: bool
-    state: State = "running"
-    phase: str = "starting"
-    done: int = 0
-    total: int = 0
+    state: State
     applied: int = 0
     live: int | None = None
     building: int | None = None
     previous: int | None = None
+
+
+@dataclass(kw_only=True)
+class Run:
+    """The mutable side of a long admin job's status, updated by its thread."""
+
+    phase: str = "starting"
+    done: int = 0
+    total: int = 0
     cleaned: list[str] = field(default_factory=list)
     error: str | None = None
     started: float = field(default_factory=time.monotonic)
@@ -146,30 +145,53 @@ class Progress:
     ended: float | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
 
+    def view(self, running: bool) -> dict[str, Any]:
+        """The :class:`JobView` fields as of now (an ETA only while ``running``)."""
+        rate, eta = pace(self.done, self.total, self.started, self.ended, running)
+        return {
+            "phase": self.phase,
+            "done": self.done,
+            "total": self.total,
+            "rate": rate,
+            "eta_s": eta,
+            "cleaned": list(self.cleaned),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "error": self.error,
+        }
+
+    def end(self, phase: str, error: str | None) -> None:
+        self.phase, self.error = phase, error
+        self.finished_at, self.ended = datetime.now(UTC), time.monotonic()
+
+
+@dataclass
+class Progress(Run):
+    """A rebuild's :class:`Run`."""
+
+    target: Target
+    keep: bool
+    state: State = "running"
+    applied: int = 0
+    live: int | None = None
+    building: int | None = None
+    previous: int | None = None
+
     def status(self) -> RebuildStatus:
-        rate, eta = pace(self.done, self.total, self.started, self.ended, self.state == "running")
         return RebuildStatus(
+            **self.view(self.state == "running"),
             target=self.target,
             state=self.state,
-            phase=self.phase,
-            done=self.done,
-            total=self.total,
             applied=self.applied,
-            rate=rate,
-            eta_s=eta,
             live=self.live,
             building=self.building,
             previous=self.previous,
             keep=self.keep,
-            cleaned=list(self.cleaned),
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            error=self.error,
         )
 
     def finish(self, state: State, phase: str, error: str | None = None) -> None:
-        self.state, self.phase, self.error = state, phase, error
-        self.finished_at, self.ended = datetime.now(UTC), time.monotonic()
+        self.state = state
+        self.end(phase, error)
 
 
 # --------------------------------------------------------------------------- the log

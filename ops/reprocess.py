@@ -48,7 +48,6 @@ import tomllib
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -66,11 +65,12 @@ from ops.rebuild import (
     CAUGHT_UP,
     Cancelled,
     ClickHouseProjection,
+    JobView,
     LogReader,
     Progress,
+    Run,
     VectorProjection,
     follow,
-    pace,
     status_or_raise,
 )
 from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics
@@ -115,91 +115,63 @@ class Busy(Exception):
 # --------------------------------------------------------------------------- status
 
 
-class ReprocessStatus(BaseModel):
+class ReprocessStatus(JobView):
     """Where a reprocess is: offsets of ``engram.events`` read (``done`` of ``total``),
     events derived, the generation it makes and the projection versions."""
 
-    model_config = ConfigDict(extra="forbid")
-
     state: State
-    phase: str
     generation: int
     version: str
     previous_version: str
     memory_topic: str
-    done: int = 0
-    total: int = 0
     derived: int = 0
     embedded: int = 0
     reused: int = 0
     """Of ``embedded``: vectors the live derivation had for the same text (no model call)."""
-    rate: float = 0.0
-    eta_s: float | None = None
     clickhouse: int | None = None
     vectors: int | None = None
     previous_clickhouse: int | None = None
     previous_vectors: int | None = None
-    keep: bool = False
-    cleaned: list[str] = []
-    started_at: datetime
-    finished_at: datetime | None = None
-    error: str | None = None
 
 
 @dataclass
-class Job:
-    """The mutable side of a reprocess's status, updated by its thread."""
+class Job(Run):
+    """A reprocess's :class:`Run`."""
 
     plan: Derivation
     previous: Derivation
     keep: bool
     state: State = "running"
-    phase: str = "starting"
-    done: int = 0
-    total: int = 0
     derived: int = 0
     embedded: int = 0
     reused: int = 0
     clickhouse: Progress = field(default_factory=lambda: Progress("clickhouse", False))
     vectors: Progress = field(default_factory=lambda: Progress("vectors", False))
-    cleaned: list[str] = field(default_factory=list)
-    error: str | None = None
-    started: float = field(default_factory=time.monotonic)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    finished_at: datetime | None = None
-    ended: float | None = None
-    cancel: threading.Event = field(default_factory=threading.Event)
 
     def status(self) -> ReprocessStatus:
-        rate, eta = pace(self.done, self.total, self.started, self.ended, self.state == "running")
+        done = self.state == "done"
+        view = self.view(self.state == "running")
+        view["cleaned"] += [*self.clickhouse.cleaned, *self.vectors.cleaned]
         return ReprocessStatus(
+            **view,
             state=self.state,
-            phase=self.phase,
             generation=self.plan.generation,
             version=self.plan.version,
             previous_version=self.previous.version,
             memory_topic=self.plan.memory_topic,
-            done=self.done,
-            total=self.total,
             derived=self.derived,
             embedded=self.embedded,
             reused=self.reused,
-            rate=rate,
-            eta_s=eta,
-            clickhouse=self.clickhouse.live if self.state == "done" else self.clickhouse.building,
-            vectors=self.vectors.live if self.state == "done" else self.vectors.building,
+            clickhouse=self.clickhouse.live if done else self.clickhouse.building,
+            vectors=self.vectors.live if done else self.vectors.building,
             previous_clickhouse=self.clickhouse.previous,
             previous_vectors=self.vectors.previous,
             keep=self.keep,
-            cleaned=[*self.cleaned, *self.clickhouse.cleaned, *self.vectors.cleaned],
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            error=self.error,
         )
 
     def finish(self, state: State, phase: str, error: str | None = None) -> None:
-        self.state, self.phase, self.error = state, phase, error
-        self.finished_at, self.ended = datetime.now(UTC), time.monotonic()
+        self.state = state
+        self.end(phase, error)
 
     def check(self) -> None:
         if self.cancel.is_set():

@@ -88,11 +88,16 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
 
 
 async def read_to_end(
-    bootstrap: str, topic: str, each: Callable[[list[ConsumerRecord[Any, Any]]], None]
+    bootstrap: str,
+    topic: str,
+    each: Callable[[list[ConsumerRecord[Any, Any]]], None],
+    *,
+    stop_after: int | None = None,
 ) -> int:
     """Read every partition of ``topic`` from its start until a fetch brings nothing
-    (Tansu's end offsets can fall short of the last records), handing each fetch's
-    records to ``each``; return how many were read."""
+    (Tansu's end offsets can fall short of the last records), or until ``stop_after``
+    records were read, handing each fetch's records to ``each``; return how many were
+    read."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -106,7 +111,10 @@ async def read_to_end(
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         read = 0
-        while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
+        while stop_after is None or read < stop_after:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            if not fetched:
+                break
             for records in fetched.values():
                 each(records)
                 read += len(records)

@@ -32,13 +32,13 @@ from typing import Any
 
 import clickhouse_connect
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from ops.bench.common import machine
 from ops.bench.processors import rich_workload
 from ops.broker import EmbeddedBroker
 from ops.rebuild import ClickHouseProjection, LogReader, Progress, VectorProjection, rebuild
-from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics
+from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.recall import document_sparse
 from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
@@ -138,25 +138,9 @@ async def publish(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]
 
 async def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     """Seconds for a plain aiokafka consumer to read ``n`` records of ``topic``."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        seen, started = 0, time.perf_counter()
-        while seen < n:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=5000)
-            seen += sum(len(records) for records in batch.values())
-        return time.perf_counter() - started
-    finally:
-        await consumer.stop()
+    started = time.perf_counter()
+    await read_to_end(bootstrap, topic, lambda _: None, stop_after=n)
+    return time.perf_counter() - started
 
 
 def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, Progress]:

@@ -45,11 +45,11 @@ def histories(events: int, agents: int) -> list[Event]:
     return out
 
 
-async def consume_rate(bootstrap: str, topic: str) -> float:
-    """Records per second of a plain consumer reading ``topic`` from its start."""
+async def consume_rate(bootstrap: str, topic: str, n: int) -> float:
+    """Records per second of a plain consumer reading ``n`` records of ``topic``."""
     started = time.perf_counter()
-    read = await read_to_end(bootstrap, topic, lambda _: None)
-    return read / (time.perf_counter() - started - 1.0)  # the last, empty wait
+    read = await read_to_end(bootstrap, topic, lambda _: None, stop_after=n)
+    return read / (time.perf_counter() - started)
 
 
 async def embedded_all(bootstrap: str, topic: str) -> bool:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
         folded_s = time.monotonic() - started + wait_folded(stack, len(events), 1800)
         while not asyncio.run(embedded_all(bootstrap, "engram.memory")):
             time.sleep(1.0)  # the live vectors first: the reprocess reuses them
-        consumed = asyncio.run(consume_rate(bootstrap, "engram.events"))
+        consumed = asyncio.run(consume_rate(bootstrap, "engram.events", len(events)))
 
         body = {"config": NEW.model_dump(mode="json")}
         with httpx.Client(base_url=http, timeout=30) as client:
