@@ -160,6 +160,133 @@ class _Consumer(faust_kafka.Consumer):
         return offset
 
 
+STALL_PATIENCE_S = 5.0
+"""How long a partition may sit with records fetched past what its agents were handed
+before the worker reads it again from its committed offset (:class:`StallWatch`)."""
+
+UNFINISHED_PATIENCE_S = 20.0
+"""How long a partition may sit, nothing moving, with records handed to its agents
+and not committed before the worker reads it again from its committed offset."""
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where one partition stands in the worker's consumer: the offset of the last
+    message handed to the agents (``read``, None before the first), the group's
+    committed offset (the next to process), the fetcher's position (the next to
+    fetch), and whether fetched records still wait to be handed over (``buffered``:
+    in the fetcher, or behind an agent's full buffer)."""
+
+    read: int | None
+    committed: int | None
+    position: int | None
+    buffered: bool
+
+    def stranded(self) -> int | None:
+        """The first offset fetched but never handed over, if any: the fetcher went
+        past what the agents got, and holds nothing more for them."""
+        if self.position is None or self.committed is None or self.buffered:
+            return None
+        handed = max(self.committed, -1 if self.read is None else self.read + 1)
+        return handed if self.position > handed else None
+
+    def unfinished(self) -> bool:
+        """Whether records fetched for the agents are not all committed yet."""
+        return (
+            self.position is not None
+            and self.committed is not None
+            and not self.buffered
+            and self.position > self.committed
+        )
+
+
+class StallWatch:
+    """Reads a partition again from its committed offset when it stands still with
+    work left: records fetched that never reached the agents, for
+    ``patience_s`` (:data:`STALL_PATIENCE_S`), or records handed over and never
+    committed, for ``unfinished_s`` (:data:`UNFINISHED_PATIENCE_S`).
+
+    faust can drop records it fetched: a worker that starts resumes its flow while it
+    still restores its tables and seeks to the committed offsets only afterwards, and
+    records fetched across that seek are lost to the agents (seen with a worker
+    started on a group whose committed offsets lagged its marks: the partition stood
+    still for ever with the fetcher at the log's end); records handed to a stream
+    were seen never to reach its agent, likewise. A seek back to the committed
+    offset brings them again; what comes twice is skipped (every engram agent takes
+    a message twice idempotently), so a seek made while an agent is merely slow
+    (a flush longer than the patience) costs a re-read, nothing else."""
+
+    def __init__(
+        self, patience_s: float = STALL_PATIENCE_S, unfinished_s: float = UNFINISHED_PATIENCE_S
+    ) -> None:
+        self.patience_s = patience_s
+        self.unfinished_s = unfinished_s
+        self.seen: dict[Any, tuple[Standing, float]] = {}
+
+    def due(self, standings: dict[Any, Standing], now: float) -> list[tuple[Any, int]]:
+        """The partitions to read again now, with their committed offsets (their clocks
+        restart); partitions no longer assigned are forgotten."""
+        out: list[tuple[Any, int]] = []
+        for tp in set(self.seen) - set(standings):
+            del self.seen[tp]
+        for tp, standing in standings.items():
+            seen = self.seen.get(tp)
+            if seen is None or seen[0] != standing or standing.committed is None:
+                self.seen[tp] = (standing, now)
+                continue
+            still = now - seen[1]
+            stranded = standing.stranded() is not None and still >= self.patience_s
+            if stranded or (standing.unfinished() and still >= self.unfinished_s):
+                self.seen[tp] = (standing, now)
+                out.append((tp, standing.committed))
+        return out
+
+    async def check(self, consumer: Any) -> None:
+        """Seek the stalled partitions of the worker's ``consumer`` back."""
+        for tp, offset in self.due(standings(consumer), time.monotonic()):
+            stand = self.seen[tp][0]
+            log.warning(
+                "%s[%d]: standing still (fetched up to %d, handed over up to %s,"
+                " committed %d); reading again from %d",
+                tp.topic,
+                tp.partition,
+                stand.position,
+                stand.read,
+                offset,
+                offset,
+            )
+            await consumer.seek(tp, offset)
+
+
+def standings(consumer: Any) -> dict[Any, Standing]:
+    """:class:`Standing` of every assigned partition of a topic whose messages are
+    acked (the agents' topics), from faust's consumer and its aiokafka consumer; empty
+    while the consumer is not running."""
+    try:
+        inner = consumer._thread._ensure_consumer()
+        assignment = inner._subscription.subscription.assignment
+        fetched = inner._fetcher._records
+        acked_topics = consumer.app.topics.acks_enabled_for
+        assigned = list(consumer.assignment())
+    except Exception:  # not started, stopping, or between assignments
+        return {}
+    out: dict[Any, Standing] = {}
+    for tp in assigned:
+        if not acked_topics(tp.topic):
+            continue
+        try:
+            position = assignment.state_value(tp).position
+        except Exception:
+            continue
+        out[tp] = Standing(
+            consumer._read_offset.get(tp),
+            consumer._committed_offset.get(tp),
+            position,
+            tp in fetched or tp in consumer._buffered_partitions,
+        )
+    return out
+
+
 class Transport(faust_kafka.Transport):
     """faust's aiokafka transport whose worker consumer waits ``fetch_max_wait_ms`` and
     commits only what its agents processed (see ``_Consumer``)."""
@@ -227,6 +354,12 @@ def create_app(
         **timeouts,
     )
     app.transport = Transport(app.conf.broker_consumer, app, fetch_max_wait_ms=fetch_max_wait_ms)
+    watch = StallWatch()
+
+    @app.timer(1.0)  # type: ignore[untyped-decorator]  # faust's decorator is untyped
+    async def read_stalls_again() -> None:
+        await watch.check(app.consumer)
+
     return app
 
 

@@ -71,6 +71,7 @@ def test_a_group_offset_ahead_of_the_fold_loses_nothing(tmp_path: Path) -> None:
             "ENGRAM_KAFKA_BOOTSTRAP": broker.bootstrap,
             "ENGRAM_SESSION_TIMEOUT_S": "6",
             "ENGRAM_REBALANCE_TIMEOUT_S": "2",
+            "ENGRAM_LOG_LEVEL": "INFO",
         }
         first = start_stack(tmp_path / "home", **env)
         # guard-3 (partition 5) appears only while no worker runs: no mark there
