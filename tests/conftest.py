@@ -8,8 +8,9 @@ on a machine without Java >= 17 or Maven is a usage error, not a skip.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -92,3 +93,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory, broker: str) -> Iterator[Sta
     yield running
     code = running.stop()
     assert code == 0, f"engram up exited with {code}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """A failed test's report carries what the stacks it ran logged while it ran (the
+    warnings and errors of every ``up.log`` written since it started): a stall on a CI
+    machine explains itself."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    try:
+        base = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return
+    for log_path in sorted(Path(base).rglob("up.log")):
+        if log_path.stat().st_mtime < call.start:
+            continue
+        lines = log_path.read_text(errors="replace").splitlines()
+        worth = [line for line in lines if "WARNING" in line or "ERROR" in line]
+        report.sections.append((f"up.log {log_path}", "\n".join(worth[-40:] + lines[-10:])))
