@@ -36,7 +36,7 @@ from ops.broker import EmbeddedBroker
 from ops.launch import launch
 from ops.rebuild import coalesce
 from schemas import Event
-from schemas.sealed import SealingCodec
+from schemas.sealed import SealingCodec, is_sealed
 from sinks.vectors import EdgeIndex, Point, Scope, SparseVector, VectorIndex, open_index
 from streams.vectors import Op, apply_operations
 from tests.support import Stack, engram_cmd, engram_env, wait_until
@@ -156,8 +156,10 @@ def start(home: Path, broker: str) -> tuple[dict[str, str], Stack]:
 
 
 def memory_topic(bootstrap: str) -> tuple[Counter[str], dict[int, int]]:
-    """How many events of each type ``engram.memory`` holds, and each partition's
-    end. Read until a fetch brings nothing: Tansu's end offsets can fall a few
+    """How many distinct events (by event id) of each type ``engram.memory`` holds,
+    and each partition's end. A memory a vector rebuild embeds while the live agent
+    embeds it too is embedded twice under one deterministic event id (readers take
+    it once). Read until a fetch brings nothing: Tansu's end offsets can fall a few
     records short of a partition's last one."""
 
     async def read() -> tuple[Counter[str], dict[int, int]]:
@@ -172,12 +174,17 @@ def memory_topic(bootstrap: str) -> tuple[Counter[str], dict[int, int]]:
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             codec = SealingCodec(None)  # reads the type of sealed records from their envelope
-            seen, ends = Counter[str](), dict.fromkeys(range(len(tps)), 0)
+            ids: dict[str, set[str]] = {}
+            ends = dict.fromkeys(range(len(tps)), 0)
             while fetched := await consumer.getmany(timeout_ms=1000, max_records=10_000):
                 for tp, records in fetched.items():
-                    seen.update(codec.kind(r.value or b"") or "?" for r in records)
+                    for r in records:
+                        raw = r.value or b""
+                        kind = codec.kind(raw) or "?"
+                        known = str(codec.envelope(raw).event_id) if is_sealed(raw) else raw
+                        ids.setdefault(kind, set()).add(str(known))
                     ends[tp.partition] = records[-1].offset + 1
-            return seen, ends
+            return Counter({kind: len(found) for kind, found in ids.items()}), ends
         finally:
             await consumer.stop()
 
@@ -237,11 +244,16 @@ def quiet(world: World) -> None:
         "every raw event in ClickHouse",
     )
 
+    last: list[Counter[str]] = [Counter()]
+
     def embedded() -> bool:
-        seen = derived_types(stack.bootstrap)
+        seen = last[0] = derived_types(stack.bootstrap)
         return seen["memory.created"] > 0 and seen["memory.created"] == seen["memory.embedded"]
 
-    wait_until(embedded, 120, "a memory.embedded for every memory.created")
+    try:
+        wait_until(embedded, 120, "a memory.embedded for every memory.created")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; distinct events on engram.memory: {last[0]}") from None
     wait_until(lambda: group_caught_up(stack.bootstrap), 60, "the worker to commit engram.memory")
 
 
