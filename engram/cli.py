@@ -15,6 +15,7 @@ import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from engram.errors import EngramError
 from engram.settings import Settings, SettingsError
@@ -524,6 +525,57 @@ def status_cmd(
         sys.stdout.write(json.dumps(response.json(), indent=2) + "\n")
     else:
         render(console, status_of(response.json()))
+
+
+@app.command("dead-letters")
+def dead_letters_cmd(
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many of the newest.")] = 20,
+    content: Annotated[
+        bool, typer.Option("--content", help="Show what each one held (opened with the keys).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print them as JSON.")] = False,
+) -> None:
+    """The newest dead letters: why each was refused, where from, whose key seals it and
+    whether it still opens (a letter of an erased subject is gone for good).
+
+    Example: engram dead-letters --limit 5 --content
+    """
+    from engram.client import read_up_file
+    from engram.letters import DeadLetterView, dumps
+
+    settings = load_settings()
+    up = read_up_file(settings.up_file)
+    if up is None:
+        raise fail(f"engram is not running (no {settings.up_file}); start it with `engram up`")
+    try:
+        response = httpx.get(
+            f"{up['http']}/v1/admin/dead-letters",
+            params={"limit": limit, "content": content},
+            timeout=60,
+        )
+        response.raise_for_status()
+    except httpx.HTTPError as error:
+        raise fail(f"engram at {up['http']} did not answer: {error}") from None
+    views = [DeadLetterView.model_validate(v) for v in response.json()]
+    if as_json:
+        sys.stdout.write(dumps(views) + "\n")
+        return
+    if not views:
+        console.print(f"no dead letters on {settings.dlq_topic}")
+        return
+    table = Table("at", "where", "reason", "subject", "state", "bytes")
+    for v in views:
+        table.add_row(
+            v.at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{v.partition}:{v.offset}",
+            (v.reason or "") + (f"\n[dim]{v.source}[/dim]" if v.source else ""),
+            v.subject or "",
+            v.state,
+            str(v.size),
+        )
+        if v.content is not None:
+            table.add_row("", "", Text(v.content, style="dim"), "", "", "")
+    console.print(table)
 
 
 @app.command("erase")

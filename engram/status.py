@@ -32,6 +32,8 @@ from sinks.clickhouse import ErasureReceipt
 
 REASON_HEADER = "engram.reason"
 """The dead letter's reason header (``streams.pipeline.REASON_HEADER``)."""
+SOURCE_HEADER = "engram.source"
+"""The dead letter's source header (``streams.pipeline.SOURCE_HEADER``)."""
 
 
 class PartitionLag(BaseModel):

@@ -614,7 +614,7 @@ class Reprocess:
         assert self.writer is not None
         committed = await committed_offsets(parts.bootstrap, parts.group, parts.events_topic)
         dead = [d for p, o, d in self.pending_dead if o >= committed.get(p, 0)]
-        await self.writer.send(parts.dead_letter_topic, dead_letter_records(dead))
+        await self.writer.send(parts.dead_letter_topic, dead_letter_records(dead, self.codec))
         checkpoints = await self._save_states(everyone=True)
         plan = job.plan.model_copy(
             update={

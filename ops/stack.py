@@ -31,6 +31,7 @@ from mode import Worker
 
 from engram.api import create_api
 from engram.client import Memory
+from engram.letters import Opener, letters_router
 from engram.recall import Recaller
 from engram.service import MemoryService, memory_router
 from engram.settings import Settings
@@ -365,6 +366,14 @@ def run_up(settings: Settings, say: Say = print) -> int:
                     vectors_versions=index.versions() if index is not None else [],
                 ),
                 erasures=history.erasures,
+            )
+        )
+        api.include_router(
+            letters_router(
+                bootstrap=bootstrap,
+                topic=settings.dlq_topic,
+                opener=Opener(keys.book if keys is not None else None, open_event),
+                refresh=keys.refresh if keys is not None else None,
             )
         )
 

@@ -173,7 +173,7 @@ async def seal_and_publish(
             lambda: writer.partitions(events_topic), what="read the partitions"
         )
         records = fan_out(records, count)
-    letters = dead_letter_records(dead)
+    letters = dead_letter_records(dead, codec)
     await retry_in_place(lambda: writer.send(events_topic, records), what="publish sealed")
     await retry_in_place(lambda: writer.send(dead_letter_topic, letters), what="dead letters")
 

@@ -66,6 +66,7 @@ from schemas import (
     Model,
     SubjectErasureRequested,
 )
+from schemas.letters import keep_sealed
 from schemas.sealed import SealedEnvelope, SealingCodec
 from sinks.clickhouse import ArchivedEvent, Checkpoint, ClickHouseHistory, SequencedEvent
 from streams import faults
@@ -455,17 +456,20 @@ async def shred_requested(keys: WorkerKeys, codec: Codec, raws: Sequence[bytes |
         log.info("erasure of %r: destroyed %d data keys", subject, len(destroyed))
 
 
-def dead_letter_records(dead: Sequence[DeadLetter]) -> list[Record]:
+def dead_letter_records(dead: Sequence[DeadLetter], codec: Codec | None = None) -> list[Record]:
+    """The dead-letter topic's records of ``dead``: the reason and source in headers,
+    the bytes sealed (:func:`schemas.letters.keep_sealed`) when ``codec`` seals, so
+    that the topic keeps no clear content an erasure could not reach."""
+    keyring = codec.keyring if isinstance(codec, SealingCodec) else None
+    records = []
     for d in dead:
         log.warning("dead letter from %s: %s", d.source, d.reason)
-    return [
-        Record(
-            d.key,
-            d.raw,
-            headers=[(REASON_HEADER, d.reason.encode()), (SOURCE_HEADER, d.source.encode())],
-        )
-        for d in dead
-    ]
+        value = d.raw
+        if keyring is not None and codec is not None:
+            value = keep_sealed(keyring, d.raw, d.key, codec)
+        headers = [(REASON_HEADER, d.reason.encode()), (SOURCE_HEADER, d.source.encode())]
+        records.append(Record(d.key, value, headers=headers))
+    return records
 
 
 def derived_records(codec: Codec, derived: Sequence[Event]) -> list[Record]:
@@ -562,7 +566,7 @@ class Flusher:
         if self.summariser is not None:
             group.derived = await self.summariser.rewrite(group.derived, group.sequenced)
         derived = derived_records(sinks.codec, group.derived)
-        dead = dead_letter_records(group.dead)
+        dead = dead_letter_records(group.dead, sinks.codec)
         await asyncio.gather(
             retry_in_place(
                 lambda: faults.after(

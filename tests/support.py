@@ -85,3 +85,18 @@ def start_stack(home: Path, timeout: float = 90.0, **extra_env: str) -> Stack:
     env = engram_env(home, **extra_env)
     process, up = launch(home, env, timeout)
     return Stack(home, env, process, up)
+
+
+def open_letters(stack: Stack, values: list[bytes]) -> list[bytes | None]:
+    """What the stack's dead letters ``values`` hold: sealed letters opened with its keys
+    (its home's master key; None for an erased subject's), other bytes as they are."""
+    from schemas.letters import open_letter
+    from sinks.keys import BlockingKeyring, MasterKey
+
+    master = MasterKey.from_file(stack.home / "master.key")
+    keys = BlockingKeyring(stack.bootstrap, "engram.keys", master)
+    try:
+        keys.refresh()
+        return [open_letter(keys.book, value).raw for value in values]
+    finally:
+        keys.close()

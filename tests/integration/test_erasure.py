@@ -22,7 +22,7 @@ from typing import Any
 import clickhouse_connect
 import httpx
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from rich.console import Console
 
 from engram.client import Memory
@@ -127,6 +127,59 @@ def rows_holding(stack: Stack, needle: str) -> dict[str, int]:
     return found
 
 
+DEAD = {  # what bad input published to engram.ingest holds, per subject it names
+    "mei": "dead letter of mei: 护照 DLQ-OKAPI-7717",
+    "sam": "dead letter of sam: DLQ-MARMOT-2024",
+    "engram:unattributed": "nobody's dead letter: DLQ-NARWHAL-5531",
+}
+
+
+def bad_input() -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of three bad records: a turn of mei's and one of sam's with a field
+    the schema does not have, and bytes that are not JSON and have no key."""
+
+    def turn(user: str) -> bytes:
+        return json.dumps(
+            {
+                "event_id": str(uuid.uuid4()),
+                "type": "interaction.recorded",
+                "agent_id": AGENTS[0],
+                "user_id": user,
+                "session_id": "dlq",
+                "occurred_at": START.isoformat(),
+                "schema_version": 1,
+                "body": {"role": "user", "content": DEAD[user], "mood": "not a field"},
+            },
+            ensure_ascii=False,
+        ).encode()
+
+    garbage = b"\x00\x01 " + DEAD["engram:unattributed"].encode()
+    return [(AGENTS[0].encode(), turn("mei")), (AGENTS[0].encode(), turn("sam")), (None, garbage)]
+
+
+def publish_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            for key, value in records:
+                await producer.send_and_wait(topic, value, key=key)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def dead_letters(stack: Stack, content: bool = True) -> list[dict[str, Any]]:
+    found = httpx.get(
+        f"{stack.http}/v1/admin/dead-letters",
+        params={"limit": 1000, "content": content},
+        timeout=60,
+    )
+    found.raise_for_status()
+    return list(found.json())
+
+
 @pytest.fixture(scope="module")
 def erased(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, uuid.UUID, Path]]:
     """A stack with the three users' history, ``mei`` erased (the request id)."""
@@ -148,6 +201,12 @@ def erased(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, uu
                     90,
                     f"{user}'s memories with {agent} to be recallable",
                 )
+        publish_raw(stack.bootstrap, "engram.ingest", bad_input())
+        wait_until(
+            lambda: len({d["subject"] for d in dead_letters(stack)} & set(DEAD)) == len(DEAD),
+            90,
+            "the bad input's dead letters",
+        )
         with Memory(http=stack.http) as memory:
             request = memory.erase(GONE, reason="test")
         wait_until(
@@ -172,6 +231,68 @@ def test_no_table_holds_the_erased_users_strings(
     for user in ("sam", "lea"):
         for needle in PLANTED[user]:
             assert rows_holding(stack, needle), f"{user}'s {needle!r} should stay"
+
+
+def test_the_dead_letter_topic_keeps_no_clear_content(
+    erased: tuple[Stack, uuid.UUID, Path],
+) -> None:
+    """Bad input is sealed before it reaches the dead-letter topic: no record's bytes
+    (value, key or headers) hold any of it, whoever it named."""
+    stack, _, _ = erased
+
+    async def everything_kept() -> bytes:
+        consumer = AIOKafkaConsumer(
+            "engram.events.dlq",
+            bootstrap_servers=stack.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            kept = b""
+            batch = await consumer.getmany(timeout_ms=5000)
+            while batch:
+                for records in batch.values():
+                    for r in records:
+                        headers = b"".join(k.encode() + v for k, v in r.headers or ())
+                        kept += (r.key or b"") + (r.value or b"") + headers
+                batch = await consumer.getmany(timeout_ms=1000)
+            return kept
+        finally:
+            await consumer.stop()
+
+    kept = asyncio.run(everything_kept())
+    assert kept, "the dead letters are on the topic"
+    for text in DEAD.values():
+        for needle in (text, text.split(": ")[1]):
+            assert needle.encode() not in kept, needle
+
+
+def test_dead_letters_open_for_the_operator_until_their_subject_is_erased(
+    erased: tuple[Stack, uuid.UUID, Path],
+) -> None:
+    """``engram dead-letters`` (and its endpoint) show each letter's reason and subject;
+    sam's and the unattributed one open to their content, mei's is gone with her keys."""
+    stack, _, _ = erased
+    out = subprocess.run(
+        engram_cmd("dead-letters", "--limit", "1000", "--content", "--json"),
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    letters = {d["subject"]: d for d in json.loads(out.stdout) if d["subject"] in DEAD}
+    assert set(letters) == set(DEAD)
+    for subject, letter in letters.items():
+        assert letter["reason"] and letter["source"].startswith("engram.ingest:")
+        if subject == GONE:
+            assert (letter["state"], letter["content"]) == ("erased", None)
+        else:
+            assert letter["state"] == "open" and DEAD[subject] in letter["content"]
+    assert "mood" in letters["sam"]["reason"]  # the field the schema does not have
+    without = {d["subject"]: d for d in dead_letters(stack, content=False)}
+    assert without["sam"]["state"] == "open" and without["sam"]["content"] is None
 
 
 def test_no_snapshot_or_recall_returns_them(erased: tuple[Stack, uuid.UUID, Path]) -> None:

@@ -23,7 +23,7 @@ from engram import make_event
 from ops.fuzz import check, garbage, mutant, seed_corpus, seed_events
 from schemas import DEFAULT_MAX_BYTES, Codec, Event, InteractionRecorded
 from schemas.avro import MAGIC, avro_schema, fingerprint
-from tests.support import Stack, wait_until
+from tests.support import Stack, open_letters, wait_until
 
 pytestmark = pytest.mark.integration
 CODEC = Codec()
@@ -207,9 +207,11 @@ def test_a_flood_of_garbage_and_duplicates_folds_every_good_event_once(stack: St
         assert [r[2] for r in mine] == first_seen[agent], f"{agent}: not in log order"
         for _, _, event_id, at in mine:
             assert at.replace(tzinfo=UTC) == by_id[event_id].occurred_at
+    opened = dict(zip(letters, open_letters(stack, [v for v, _ in letters.values()]), strict=True))
     for key, (value, reason) in bad.items():
         got, headers = letters[key]
-        assert got == value, "the dead letter keeps the bytes"
+        assert got != value, "the dead letter keeps the bytes sealed"
+        assert opened[key] == value, "the dead letter keeps the bytes"
         assert headers["engram.reason"], f"no reason for {value[:40]!r}"
         assert headers["engram.reason"].decode().startswith(reason)
         assert headers["engram.source"].startswith(b"engram.events:")

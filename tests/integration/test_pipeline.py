@@ -17,7 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from engram import Memory, make_event
 from schemas import Codec, Event
 from streams.pipeline import STATE_CHANGELOG
-from tests.support import Stack, wait_until
+from tests.support import Stack, open_letters, wait_until
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
@@ -136,11 +136,14 @@ def test_malformed_message_goes_to_dlq_and_next_event_is_processed(stack: Stack)
         )
     )
     wait_until(lambda: count_events(stack, agent_id) == 1, 60, "the good event after the bad one")
-    records = wait_until(
-        lambda: [r for r in asyncio.run(dlq_records(stack.bootstrap, start)) if r[0] == garbage],
-        30,
-        "the bad message in the DLQ",
-    )
+
+    def sealed_garbage() -> list[tuple[bytes, dict[str, bytes]]]:
+        found = asyncio.run(dlq_records(stack.bootstrap, start))
+        opened = open_letters(stack, [value for value, _ in found])
+        return [r for r, raw in zip(found, opened, strict=True) if raw == garbage]
+
+    records = wait_until(sealed_garbage, 30, "the bad message in the DLQ, sealed")
+    assert garbage not in records[0][0]
     _, headers = records[0]
     assert headers["engram.reason"] == b"unknown Avro schema fingerprint 0000000000000000"
     assert headers["engram.source"].startswith(b"engram.events:")
