@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engram import make_event
-from schemas import Codec
+from schemas import Codec, Event
 from schemas.avro import AVSC_DIR, MAGIC, fingerprint
 from schemas.errors import BadEvent
 from schemas.letters import (
@@ -64,16 +64,19 @@ def test_ids_that_no_event_could_carry_name_nobody() -> None:
     assert subject_hint(json.dumps({"user_id": "x" * 257}).encode(), None) == UNATTRIBUTED
 
 
-def test_clear_avro_names_its_subject_even_when_invalid() -> None:
-    event = make_event(
+def turn(user: str) -> Event:
+    return make_event(
         "interaction.recorded",
         agent_id="bot",
-        user_id="sam",
+        user_id=user,
         session_id="s",
         occurred_at=datetime(2026, 11, 1, tzinfo=UTC),
         body={"role": "user", "content": "hello"},
     )
-    raw = CODEC.encode(event)
+
+
+def test_clear_avro_names_its_subject_even_when_invalid() -> None:
+    raw = CODEC.encode(turn("sam"))
     assert subject_hint(raw, None, CODEC) == "sam"
     assert subject_hint(raw[:30], b"bot", CODEC) == "bot"  # truncated: the key says
 
@@ -103,15 +106,7 @@ def test_an_erased_subject_s_letters_are_gone_and_others_stay() -> None:
 
 def test_sealed_events_and_clear_bytes_pass_as_they_are() -> None:
     book = Book()
-    event = make_event(
-        "interaction.recorded",
-        agent_id="bot",
-        user_id="mei",
-        session_id="s",
-        occurred_at=datetime(2026, 11, 1, tzinfo=UTC),
-        body={"role": "user", "content": "hello"},
-    )
-    sealed_event = Sealer(CODEC, book).seal(event)
+    sealed_event = Sealer(CODEC, book).seal(turn("mei"))
     assert sealed_event.startswith(SEALED_HEADER)
     assert keep_sealed(book, sealed_event, b"bot", CODEC) == sealed_event
     letter = seal_letter(book, b"x", "mei")
