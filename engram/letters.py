@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict
 
@@ -84,10 +84,10 @@ class Opener:
         return "open", subject, event.model_dump_json().encode()
 
 
-def _header(headers: object, name: str) -> str | None:
-    for key, value in headers or ():  # type: ignore[attr-defined]
+def _header(headers: Sequence[tuple[str, bytes]], name: str) -> str | None:
+    for key, value in headers:
         if key == name:
-            return bytes(value).decode(errors="replace")
+            return value.decode(errors="replace")
     return None
 
 
@@ -104,8 +104,8 @@ async def read_dead_letters(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        found = await consumer._client.fetch_all_metadata()  # no topic: no letters
-        numbers = found.partitions_for_topic(topic) or set()
+        await consumer.topics()  # reads the metadata: no topic, no partitions, no letters
+        numbers = consumer.partitions_for_topic(topic) or set()
         partitions = [TopicPartition(topic, p) for p in sorted(numbers)]
         if not partitions:
             return []
@@ -136,18 +136,17 @@ async def read_dead_letters(
         await consumer.stop()
 
 
-def _view(record: object, opener: Opener, content: bool) -> DeadLetterView:
-    value: bytes = getattr(record, "value", None) or b""
-    key: bytes | None = getattr(record, "key", None)
-    headers = getattr(record, "headers", ())
+def _view(record: ConsumerRecord[bytes, bytes], opener: Opener, content: bool) -> DeadLetterView:
+    value = record.value or b""
+    headers = list(record.headers or ())
     state, subject, raw = opener(value)
     return DeadLetterView(
-        partition=int(getattr(record, "partition", 0)),
-        offset=int(getattr(record, "offset", 0)),
-        at=datetime.fromtimestamp(int(getattr(record, "timestamp", 0)) / 1000, UTC),
+        partition=record.partition,
+        offset=record.offset,
+        at=datetime.fromtimestamp(record.timestamp / 1000, UTC),
         reason=_header(headers, REASON_HEADER),
         source=_header(headers, SOURCE_HEADER),
-        key=key.decode(errors="replace") if key is not None else None,
+        key=record.key.decode(errors="replace") if record.key is not None else None,
         subject=subject,
         state=state,
         size=len(value),
