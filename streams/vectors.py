@@ -6,7 +6,9 @@ Two faust agents on the derived log:
   thread of its own, off the event loop) and records each vector as a
   ``memory.embedded`` event on ``engram.memory`` (same key, so it follows the
   creation in the agent's partition). Rebuilding the vector store replays these
-  records: it never embeds again.
+  records: it never embeds again. It reads each partition strictly in offset order
+  too (its own :class:`streams.ordered.InOrder`): a message faust never handed to it
+  (a hole, whatever the other agent on the topic acked) is read again, not skipped.
 * ``engram.vectors`` projects the derived log into the :class:`VectorIndex`, one
   idempotent operation per change, in log order: a creation upserts the point
   (payload and BM25 term weights, no dense vector yet), ``memory.embedded`` of
@@ -330,39 +332,40 @@ def register_vectors(
             await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
         return raws
 
+    embedding = InOrder(app)  # the embedding agent's own order: it acts on what it reads
+
     @app.agent(memory_topic, name="engram.embed")
     async def embed(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap) if keys is not None else LogWriter(bootstrap)
+
+        async def embed_created(messages: list[Any]) -> None:
+            todo = fresh(messages) if starts else messages
+            created = [
+                e
+                for e in decode_all(codec, await covered(todo), CREATED)
+                if isinstance(e, MemoryCreated)
+            ]
+            if not created:
+                return
+            texts = [e.body.text for e in created]
+            vectors = await retry_in_place(
+                lambda: off_loop(embed_pool, lambda: embedder.embed_passages(texts)),
+                what="embed memories",
+            )
+            records = [
+                Record(e.agent_id.encode(), codec.encode(embedded_event(e, embedder, v)), millis(e))
+                for e, v in zip(created, vectors, strict=True)
+            ]
+            await retry_in_place(
+                lambda: writer.send(topic_name, records), what="publish embeddings"
+            )
+            faults.reached("embed.published")
+
         try:
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                todo = fresh([item.message for item in batch]) if starts else batch
-                created = [
-                    e
-                    for e in decode_all(codec, await covered(todo), CREATED)
-                    if isinstance(e, MemoryCreated)
-                ]
-                if not created:
-                    continue
-                texts = [e.body.text for e in created]
-                vectors = await retry_in_place(
-                    lambda texts=texts: off_loop(  # type: ignore[misc]
-                        embed_pool, lambda: embedder.embed_passages(texts)
-                    ),
-                    what="embed memories",
-                )
-                records = [
-                    Record(
-                        e.agent_id.encode(), codec.encode(embedded_event(e, embedder, v)), millis(e)
-                    )
-                    for e, v in zip(created, vectors, strict=True)
-                ]
-                await retry_in_place(
-                    lambda records=records: writer.send(topic_name, records),  # type: ignore[misc]
-                    what="publish embeddings",
-                )
-                faults.reached("embed.published")
+                await in_order(batch, embedding, embed_created)
         finally:
             await writer.stop()
 
@@ -371,6 +374,7 @@ def register_vectors(
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
         guard.forget()
+        embedding.forget()
 
     async def apply(messages: list[Any]) -> None:
         raws = await covered(fresh(messages) if starts else messages)
