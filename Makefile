@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_WORKERS ?= 2
-PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 .PHONY: demo test test-kafka test-crash lint bench clean
 
@@ -20,7 +20,8 @@ demo: $(STAMP)
 
 ## Set everything up and run lint, types and every test (on the embedded Tansu broker),
 ## then the integration tests again on Apache Kafka. Two pytest workers (PYTEST_WORKERS),
-## each test file on one of them: most integration tests wait on subprocesses.
+## each test file on one of them: most integration tests wait on subprocesses. Each pass
+## ends with its 15 slowest tests, so a slow CI machine shows where the time goes.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
