@@ -21,6 +21,7 @@ import fastavro.schema
 from pydantic import AwareDatetime, BaseModel
 
 from schemas.base import DerivedEvent, Event
+from schemas.errors import BadEvent
 
 MAGIC = b"\xc3\x01"
 AVSC_DIR = Path(__file__).with_name("avsc")
@@ -167,3 +168,26 @@ def load_writer_schemas(
     for avro_type in current.values():
         writers[avro_type.header[2:]] = WriterSchema(avro_type.schema, avro_type, same=True)
     return writers
+
+
+def write_single_object(header: bytes, parsed: Any, record: dict[str, Any]) -> bytes:
+    """Single-object bytes of ``record``: ``header`` (magic and fingerprint of the
+    schema ``parsed`` was parsed from), then the record's binary body."""
+    buffer = io.BytesIO()
+    buffer.write(header)
+    fastavro.schemaless_writer(buffer, parsed, record)
+    return buffer.getvalue()
+
+
+def read_single_object(raw: bytes, parsed: Any, what: str) -> dict[str, Any]:
+    """The record in single-object ``raw`` (its header already checked), read with
+    ``parsed``; BadEvent ``malformed {what}: …`` for a body that does not read or that
+    leaves bytes after the record."""
+    buffer = io.BytesIO(raw[10:])
+    try:
+        record = fastavro.schemaless_reader(buffer, parsed, None)
+    except Exception as error:  # fastavro raises many types on bad bytes
+        raise BadEvent(f"malformed {what}: {error!r}", raw) from None
+    if not isinstance(record, dict) or buffer.tell() != len(raw) - 10:
+        raise BadEvent(f"malformed {what}: trailing bytes", raw)
+    return record

@@ -31,7 +31,7 @@ import fastavro
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from schemas.avro import MAGIC, fingerprint
+from schemas.avro import MAGIC, fingerprint, read_single_object, write_single_object
 from schemas.codec import Codec
 from schemas.errors import BadEvent
 from schemas.sealed import Keyring, is_sealed
@@ -118,10 +118,7 @@ def seal_letter(keyring: Keyring, raw: bytes, subject: str) -> bytes:
         "nonce": nonce,
         "ciphertext": AESGCM(key).encrypt(nonce, raw, _aad(subject, key_id)),
     }
-    buffer = io.BytesIO()
-    buffer.write(SEALED_LETTER_HEADER)
-    fastavro.schemaless_writer(buffer, _PARSED, record)
-    return buffer.getvalue()
+    return write_single_object(SEALED_LETTER_HEADER, _PARSED, record)
 
 
 def keep_sealed(keyring: Keyring, raw: bytes, key: bytes | None, codec: Codec) -> bytes:
@@ -150,13 +147,7 @@ def open_letter(keyring: Keyring | None, value: bytes) -> Letter:
     a sealed letter is malformed or does not authenticate."""
     if not is_sealed_letter(value):
         return Letter("clear", value, None)
-    buffer = io.BytesIO(value[10:])
-    try:
-        record = fastavro.schemaless_reader(buffer, _PARSED, None)
-    except Exception as error:  # fastavro raises many types on bad bytes
-        raise BadEvent(f"malformed sealed dead letter: {error!r}", value) from None
-    if not isinstance(record, dict) or buffer.tell() != len(value) - 10:
-        raise BadEvent("malformed sealed dead letter: trailing bytes", value)
+    record = read_single_object(value, _PARSED, "sealed dead letter")
     subject, key_id = str(record["subject"]), str(record["key_id"])
     key = keyring.find(subject, key_id) if keyring is not None else None
     if key is None:

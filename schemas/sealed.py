@@ -24,7 +24,6 @@ a well-formed sealed event, do not authenticate, or do not match their envelope.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 from collections.abc import Iterable
@@ -37,7 +36,7 @@ import fastavro
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from schemas.avro import MAGIC, fingerprint
+from schemas.avro import MAGIC, fingerprint, read_single_object, write_single_object
 from schemas.base import DerivedEvent, Event
 from schemas.codec import DEFAULT_MAX_BYTES, Codec
 from schemas.errors import BadEvent
@@ -165,10 +164,7 @@ class Sealer:
             "nonce": nonce,
             "ciphertext": AESGCM(key).encrypt(nonce, inner, aad),
         }
-        buffer = io.BytesIO()
-        buffer.write(SEALED_HEADER)
-        fastavro.schemaless_writer(buffer, _PARSED, record)
-        return buffer.getvalue()
+        return write_single_object(SEALED_HEADER, _PARSED, record)
 
     def envelope(self, raw: bytes) -> SealedEnvelope:
         """The clear envelope of sealed bytes; BadEvent if they are not well formed."""
@@ -204,13 +200,7 @@ class Sealer:
             raise BadEvent("not a sealed event (header)", raw)
         if len(raw) > self.codec.max_bytes + OVERHEAD:
             raise BadEvent(f"sealed event of {len(raw)} bytes is over the size limit", raw)
-        buffer = io.BytesIO(raw[10:])
-        try:
-            record = fastavro.schemaless_reader(buffer, _PARSED, None)
-        except Exception as error:  # fastavro raises many types on bad bytes
-            raise BadEvent(f"malformed sealed event: {error!r}", raw) from None
-        if not isinstance(record, dict) or buffer.tell() != len(raw) - 10:
-            raise BadEvent("malformed sealed event: trailing bytes", raw)
+        record = read_single_object(raw, _PARSED, "sealed event")
         if len(record["nonce"]) != 12:
             raise BadEvent("malformed sealed event: nonce is not 12 bytes", raw)
         return record
