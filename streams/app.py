@@ -12,6 +12,7 @@ from typing import Any
 
 import aiokafka
 import faust
+from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_kafka
 
 log = logging.getLogger("engram.streams")
@@ -149,6 +150,66 @@ class _Consumer(faust_kafka.Consumer):
         contiguous offsets, so a jump is a read cut short by a seek (messages fetched
         before it are still delivered): counting it acked would commit past messages
         not processed yet. Nothing is counted; the seek's re-read brings them."""
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """faust's drain loop (the worker's reading of fetched records), with one
+        :meth:`wait_first` per fetched batch instead of one per message.
+
+        faust hands each message to its streams through ``wait_first(callback,
+        suspend_flow.wait())``, which makes four tasks and an ``asyncio.wait`` per
+        message: most of its ~100 µs floor per message on this machine
+        (``ops/bench/faust_floor.py``). Here a batch is handed over message by message
+        in one task, which the same ``wait_first`` abandons when the flow is
+        suspended (a rebalance), the consumer stops or the app crashes, as faust
+        abandons one message. What a batch had not handed over is not marked read,
+        so a seek brings it again (faust marked it read though never delivered)."""
+        consumer_stopped = self._stopped.is_set
+        fetcher_stopped = fetcher._stopped.is_set
+        flag = faust_consumer.CONSUMER_FETCHING
+        try:
+            while not (consumer_stopped() or fetcher_stopped()):
+                self.diag.set_flag(flag)
+                batch = [pair async for pair in self.getmany(timeout=1.0)]
+                await self.sleep(0)  # getmany may not have released the loop
+                if batch and not self.should_stop:
+                    await self.wait_first(self._hand_over(batch), self.suspend_flow.wait())
+                self.diag.unset_flag(flag)
+        except self.consumer_stopped_errors:
+            if not self.transport.app.should_stop:
+                raise
+            self.log.info("Broker stopped consumer, shutting down...")
+        except asyncio.CancelledError:
+            if not self.transport.app.should_stop:
+                raise
+            self.log.info("Consumer shutting down for user cancel.")
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+        finally:
+            self.diag.unset_flag(flag)
+
+    async def _hand_over(self, batch: list[tuple[Any, Any]]) -> None:
+        """Hand ``batch`` (``(tp, message)`` in fetch order) to the streams, skipping
+        what was already read (a seek back re-reads it), as faust does per message;
+        the loop is released every 100 messages."""
+        callback = self.callback
+        read_offset = self._read_offset
+        commit_every = self._commit_every
+        since_yield = 0
+        for tp, message in batch:
+            since_yield += 1
+            if since_yield > 100:
+                await asyncio.sleep(0)
+                since_yield = 0
+            offset = message.offset
+            read = read_offset.get(tp)
+            if read is not None and offset < read:
+                continue
+            if commit_every is not None and self._n_acked >= commit_every:
+                self._n_acked = 0
+                await self.commit()
+            await callback(message)
+            read_offset[tp] = offset
 
     def _new_offset(self, tp: Any) -> int | None:
         acked = self._acked[tp]

@@ -2,8 +2,9 @@
 broker with an empty body (``take_events`` batches of 1 000, uvloop), beside the raw
 aiokafka consume rate of the same topic in the same run.
 
-Run: ``python -m ops.bench.faust_floor --events 100000``. Whatever engram does per
-event is paid on top of this floor.
+Also the same agent behind the worker's consumer (``streams.app.Transport``), which
+hands each fetched batch over in one task. Run: ``python -m ops.bench.faust_floor
+--events 100000``. Whatever engram does per event is paid on top of this floor.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -26,6 +28,7 @@ from mode import Worker
 from ops.bench.common import machine
 from ops.broker import EmbeddedBroker
 from ops.topics import TopicSpec, ensure_topics
+from streams.app import Transport
 
 TOPIC = "bench.floor"
 
@@ -61,12 +64,15 @@ async def raw_consume(bootstrap: str, n: int) -> float:
         await consumer.stop()
 
 
-def faust_consume(bootstrap: str, n: int) -> float:
-    """Seconds from the first batch to the n-th message in one faust agent."""
+def faust_consume(bootstrap: str, n: int, *, engram_consumer: bool) -> float:
+    """Seconds from the first batch to the n-th message in one faust agent, read by
+    faust's own consumer or (``engram_consumer``) by the worker's (``streams.app``:
+    one hand-over task per fetched batch)."""
+    datadir = Path(tempfile.mkdtemp(prefix="engram-faust-floor-"))
     app = faust.App(
-        "bench-floor",
+        "bench-floor-engram" if engram_consumer else "bench-floor",
         broker=f"kafka://{bootstrap}",
-        datadir=str(Path(tempfile.gettempdir()) / "engram-faust" / "bench-floor"),
+        datadir=str(datadir),
         store="memory://",
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
@@ -74,6 +80,8 @@ def faust_consume(bootstrap: str, n: int) -> float:
         broker_heartbeat_interval=1,
         broker_rebalance_timeout=2,
     )
+    if engram_consumer:
+        app.transport = Transport(app.conf.broker_consumer, app, fetch_max_wait_ms=1500)
     topic = app.topic(
         TOPIC, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
@@ -95,6 +103,7 @@ def faust_consume(bootstrap: str, n: int) -> float:
     asyncio.set_event_loop(uvloop.new_event_loop())
     with contextlib.suppress(SystemExit):  # the worker exits when the agent signals it
         Worker(app, loglevel="ERROR", quiet=True, redirect_stdouts=False).execute_from_commandline()
+    shutil.rmtree(datadir, ignore_errors=True)
     if len(times) < 2:
         raise RuntimeError("faust did not take every message")
     return times[1] - times[0]
@@ -107,13 +116,15 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         asyncio.run(fill(broker.bootstrap, n))
         raw = asyncio.run(raw_consume(broker.bootstrap, n))
-        floor = faust_consume(broker.bootstrap, n)
+        floor = faust_consume(broker.bootstrap, n, engram_consumer=False)
+        engram = faust_consume(broker.bootstrap, n, engram_consumer=True)
     print(
         json.dumps(
             {
                 "events": n,
                 "raw_aiokafka_per_s": round(n / raw),
                 "faust_take_events_per_s": round(n / floor),
+                "engram_consumer_take_events_per_s": round(n / engram),
                 "machine": machine(),
             },
             indent=2,
