@@ -75,6 +75,10 @@ class Embedder(Protocol):
     dims: int
     """Length of every vector."""
 
+    def load(self) -> None:
+        """Load the model now rather than on first use; safe from any thread."""
+        ...
+
     def embed_passages(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, in order; for memories that recall will search."""
         ...
