@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +33,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from schemas.avro import MAGIC, fingerprint, read_single_object, write_single_object
 from schemas.codec import Codec
 from schemas.errors import BadEvent
-from schemas.sealed import Keyring, is_sealed
+from schemas.sealed import Keyring, is_sealed, new_nonce
 
 SEALED_LETTER_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -111,7 +110,7 @@ def _aad(subject: str, key_id: str) -> bytes:
 def seal_letter(keyring: Keyring, raw: bytes, subject: str) -> bytes:
     """``raw`` sealed under ``subject``'s current data key (made when it has none)."""
     key_id, key = keyring.data_key(subject)
-    nonce = os.urandom(12)
+    nonce = new_nonce()
     record = {
         "subject": subject,
         "key_id": key_id,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -68,6 +69,40 @@ log = logging.getLogger("engram.sealed")
 
 OVERHEAD = 1024
 """Bytes a sealed event may exceed the codec's size limit by (envelope, nonce, tag)."""
+
+
+class Nonces:
+    """Random 12-byte AES-GCM nonces, read from the operating system ``batch`` at a
+    time; safe from any thread, and a forked child never reuses its parent's.
+
+    Each nonce is as random as ``os.urandom(12)``: only the number of calls changes.
+    ``os.urandom`` lets go of the GIL for its system call, and in a busy worker
+    getting it back waits behind the other threads: one call per sealed event cost
+    about 45 µs there (py-spy, ``ops/bench/ingest.py --modes sealed``) against
+    0.4 µs in an idle process."""
+
+    def __init__(self, batch: int = 4096) -> None:
+        self.batch = batch
+        self._lock = threading.Lock()
+        self._pool = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def __call__(self) -> bytes:
+        with self._lock:
+            if self._at >= len(self._pool):
+                self._pool, self._at = os.urandom(12 * self.batch), 0
+            pool, at = self._pool, self._at
+            self._at = at + 12
+        return pool[at : at + 12]
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._pool, self._at = b"", 0
+
+
+new_nonce = Nonces()
+"""The process's source of AES-GCM nonces (sealed events and dead letters)."""
 
 
 def subject_of(event: Event) -> str:
@@ -148,7 +183,7 @@ class Sealer:
             inner = self.codec.encode(event)
         subject = subject_of(event)
         key_id, key = self.keyring.data_key(subject)
-        nonce = os.urandom(12)
+        nonce = new_nonce()
         aad = _aad(str(event.event_id), event.type, event.agent_id, subject, key_id)
         record = {
             "event_id": str(event.event_id),

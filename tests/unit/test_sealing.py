@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import secrets
+import threading
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -22,6 +24,7 @@ from schemas.avro import AVSC_DIR, MAGIC, fingerprint
 from schemas.sealed import (
     SEALED_HEADER,
     SEALED_SCHEMA,
+    Nonces,
     Sealer,
     Shredded,
     UnknownKey,
@@ -205,3 +208,39 @@ def test_the_committed_contract_is_the_sealed_schema() -> None:
     assert committed == SEALED_SCHEMA
     assert MAGIC + fingerprint(committed) == SEALED_HEADER
     assert SEALED_HEADER not in {t.header for t in Codec().avro.values()}
+
+
+def test_nonces_are_twelve_bytes_and_never_repeat_across_refills_and_threads() -> None:
+    nonces = Nonces(batch=7)  # a small pool: many refills
+    drawn: list[bytes] = []
+    lock = threading.Lock()
+
+    def draw() -> None:
+        mine = [nonces() for _ in range(500)]
+        with lock:
+            drawn.extend(mine)
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(drawn) == 2000
+    assert {len(n) for n in drawn} == {12}
+    assert len(set(drawn)) == 2000
+
+
+def test_a_forked_child_does_not_reuse_the_parents_nonces() -> None:
+    nonces = Nonces()
+    nonces()  # the pool is filled: a child that kept it would draw what the parent draws
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next nonce and leave at once
+        os.write(write, nonces())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 12)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(child) == 12
+    assert child != nonces()
