@@ -349,6 +349,9 @@ class AgentMemory:
             users = self.session_users
             if here_user is not None and here_session is not None and here_session not in users:
                 self.session_users[here_session] = here_user
+            crowded = self.working.crowd_out(here_session)
+            if crowded is not None:
+                changes.append((WorkingUpdated, crowded, None, None))
         closed, memories = self.episodes.step(event, name)
         if closed:
             owners = {new.memory_id: (new.session_id, new.user_id) for new in memories}

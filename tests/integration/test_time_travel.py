@@ -262,6 +262,9 @@ CONFIGS = {
         working=WorkingParams(token_budget=300, idle_ttl_s=1800),
         consolidation=ConsolidationParams(window_s=6 * 3600),
     ),
+    # one open session at most, and a day of idle TTL: a new session clears the one
+    # left open (the cap on open sessions) before the TTL would
+    "crowded": MemoryConfig(working=WorkingParams(max_sessions=1, idle_ttl_s=86_400)),
 }
 
 
@@ -295,6 +298,15 @@ def test_both_roads_agree_under_other_parameters(engine: Client, name: str) -> N
     events = history_of(agent_id, days=20, seed=len(name))
     history = ClickHouseHistory(engine)
     fold_into(history, events, config)
+    if name == "crowded":
+        fold, crowded = AgentMemory.empty(agent_id, config), 0
+        for event in events:
+            derived = fold.apply(event).derived
+            if event.type != "clock.tick":
+                crowded += sum(
+                    d.type == "working.updated" and d.session_id is None for d in derived
+                )
+        assert crowded > 0, "no session was crowded out: the roads' agreement on it is untested"
     faded = 0
     first_days = [e.occurred_at for e in events if e.occurred_at < events[0].occurred_at + DAY * 2]
     for at in [*moments(events, 30, seed=7), *first_days]:  # and after every early event

@@ -261,6 +261,7 @@ working_params = st.builds(
     offload_chars=st.integers(1, 16),
     offload_head_tokens=st.integers(1, 4),
     idle_ttl_s=st.sampled_from([3_600.0, 7_200.0, 86_400.0]),
+    max_sessions=st.sampled_from([1, 2, 256]),
 )
 configs = st.builds(MemoryConfig, working_turns=st.integers(1, 4), working=working_params)
 
@@ -493,7 +494,8 @@ def reference_fit(
 @given(log=agent_logs(), config=configs)
 def test_working_memory_matches_a_reference_model(log: list[Event], config: MemoryConfig) -> None:
     """A deliberately naive re-statement of L1 working memory (turn cap, budget by
-    compression, offloading, idle TTL at the session's next event or a tick),
+    compression, offloading, idle TTL at the session's next event or a tick, the cap
+    on open sessions),
     compared delta by delta; the deltas, folded by the rule of ``WorkingBody``, must
     rebuild the reference's turns, and the processor's own, after each one."""
     params = config.working
@@ -576,6 +578,13 @@ def test_working_memory_matches_a_reference_model(log: list[Event], config: Memo
         if stale:
             row[3] = held
         expected.append((*row, stale, [], turns))
+        over = len(sessions) - params.max_sessions
+        if over > 0:  # the least recently active others leave, as a tick's delta
+            oldest = sorted((other["last"], s) for s, other in sessions.items() if s != sid)
+            crowd = sorted(s for _, s in oldest[:over])
+            for s in crowd:
+                del sessions[s]
+            expected.append((None, [], [], 0, 0, 0, None, {}, None, True, crowd, []))
 
     memory = AgentMemory.empty(AGENT, config)
     rebuilt: dict[str | None, list[Turn]] = {}

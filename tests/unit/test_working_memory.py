@@ -736,6 +736,49 @@ def test_a_tick_clears_every_idle_session_of_the_agent() -> None:
     assert [s.session_id for s in memory.state().sessions] == ["b"]
 
 
+def test_past_the_session_cap_the_least_recently_active_session_is_cleared() -> None:
+    log = Log()
+    events: list[Event] = [log.say("a", "1"), log.say("b", "2"), log.say("c", "3")]
+    log.wait(60)
+    events.append(log.say("a", "4"))  # "a" is active again: "b" is now the oldest
+    events.append(log.say("d", "5"))  # a fourth session, over a cap of three
+    memory, derived = fold(events, MemoryConfig(working=WorkingParams(max_sessions=3)))
+    own, crowded = derived[-2:]
+    assert isinstance(own, WorkingUpdated) and isinstance(crowded, WorkingUpdated)
+    assert (own.session_id, contents(own.body.added)) == ("d", ["5"])
+    assert crowded.session_id is None
+    assert crowded.source_event_id == events[-1].event_id
+    assert crowded.body == WorkingBody(size=0, tokens=0, cleared=True, expired=["b"])
+    assert [s.session_id for s in memory.state().sessions] == ["a", "c", "d"]
+    replica = Replica()
+    replica.replay(derived)
+    assert set(replica.sessions) == {"a", "c", "d"}
+    assert replica.agrees_with(memory)
+
+
+def test_a_smaller_session_cap_clears_several_at_once() -> None:
+    log = Log()
+    events: list[Event] = [log.say(s, s) for s in ("a", "b", "c", "d")]
+    memory = AgentMemory.empty("agent", MemoryConfig())
+    for event in events:
+        memory.apply(event)
+    state = memory.state()  # four open sessions, restored under a cap of two
+    smaller = MemoryConfig(working=WorkingParams(max_sessions=2))
+    restored = AgentMemory(state, smaller)
+    derived = restored.apply(log.say("e", "e")).derived
+    assert isinstance(derived[-1], WorkingUpdated)
+    assert derived[-1].body.expired == ["a", "b", "c"]
+    assert [s.session_id for s in restored.state().sessions] == ["d", "e"]
+
+
+def test_under_the_session_cap_nothing_is_crowded_out() -> None:
+    log = Log()
+    events: list[Event] = [log.say("a", "1"), log.say("b", "2")]
+    memory, derived = fold(events, MemoryConfig(working=WorkingParams(max_sessions=2)))
+    assert all(d.session_id is not None for d in derived)
+    assert [s.session_id for s in memory.state().sessions] == ["a", "b"]
+
+
 def test_a_tick_with_nothing_idle_changes_nothing() -> None:
     log = Log()
     events: list[Event] = [log.say("a", "1")]
