@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
+from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
 
 from schemas import DerivedEvent, Event, SubjectErased
@@ -505,6 +506,8 @@ class ClickHouseHistory:
         self.checkpoint_every = checkpoint_every
         self._retained: dict[str, int] = {}
         """Per agent, the sequence of the last checkpoint this writer retained."""
+        self._types: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        """Per table and columns, the columns' type names (see :meth:`insert`)."""
         self.purged: Callable[[str], None] | None = None
         """Called with each table's name as an erasure's purge finishes it (a hook
         for the crash tests; see :func:`sinks.clickhouse_erasure.purge`)."""
@@ -516,9 +519,29 @@ class ClickHouseHistory:
         """``fn()`` where this history's calls run (its executor), from any event loop."""
         return await self._run(fn)
 
+    def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
+        """Insert ``rows`` into ``columns`` of ``table``, with the columns' types read once
+        per table and columns: clickhouse-connect otherwise asks the server for them
+        before every insert, a query that on chdb took about as long as the insert
+        itself. A table's types are taken as fixed between migrations (engram's own
+        versions of a table keep its structure); :meth:`ensure_schema` forgets them all,
+        and a failed insert forgets its own (read again at the next one)."""
+        key = (table, tuple(columns))
+        types = self._types.get(key)
+        if types is None:
+            described = self.client.query(f"DESCRIBE TABLE {quote_identifier(table)}")
+            known = {str(row[0]): str(row[1]) for row in described.result_rows}
+            types = self._types[key] = [known[c] for c in columns]
+        try:
+            self.client.insert(table, rows, column_names=list(columns), column_type_names=types)
+        except Exception:
+            self._types.pop(key, None)
+            raise
+
     # -- DDL --------------------------------------------------------------
     def ensure_schema(self) -> int:
         """Apply every migration not yet applied; return the schema version."""
+        self._types.clear()
         self.client.command(
             "CREATE TABLE IF NOT EXISTS engram_ddl"
             " (version UInt32, applied_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY version"
@@ -553,16 +576,14 @@ class ClickHouseHistory:
         checkpoints: Sequence[Checkpoint] = (),
     ) -> None:
         if events:
-            self.client.insert("events", [event_row(e) for e in events], column_names=EVENT_COLUMNS)
+            self.insert("events", [event_row(e) for e in events], EVENT_COLUMNS)
         if changes:
-            self.client.insert(
-                "memory_changes", [change_row(c) for c in changes], column_names=CHANGE_COLUMNS
-            )
+            self.insert("memory_changes", [change_row(c) for c in changes], CHANGE_COLUMNS)
         if checkpoints:
-            self.client.insert(
+            self.insert(
                 "agent_states",
                 [[c.agent_id, c.seq, c.state] for c in checkpoints],
-                column_names=["agent_id", "seq", "state"],
+                ["agent_id", "seq", "state"],
             )
             self._retain(checkpoints, changes)
         erasures = [c for c in changes if isinstance(c, SubjectErased)]
@@ -585,7 +606,7 @@ class ClickHouseHistory:
                 continue
             kept[c.agent_id] = [c.agent_id, version, c.seq, c.state]
         if kept:
-            self.client.insert("agent_checkpoints", list(kept.values()), column_names=RETAINED)
+            self.insert("agent_checkpoints", list(kept.values()), RETAINED)
             self._retained |= {agent: int(row[2]) for agent, row in kept.items()}
 
     # -- erasure ----------------------------------------------------------
@@ -659,7 +680,7 @@ class ClickHouseHistory:
 
     def insert_change_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            self.client.insert(table, rows, column_names=CHANGE_COLUMNS)
+            self.insert(table, rows, CHANGE_COLUMNS)
 
     # -- versions (blue/green) ----------------------------------------------
     def _comments(self, table: str) -> dict[str, str]:

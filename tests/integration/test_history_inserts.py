@@ -1,0 +1,56 @@
+"""``ClickHouseHistory.insert`` against the real engine (chdb): the column types are
+read once per table and columns, a failed insert forgets them, and a migration run
+forgets them all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import clickhouse_connect
+import pytest
+from clickhouse_connect.driver.client import Client
+
+from sinks.clickhouse import ClickHouseHistory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> Iterator[ClickHouseHistory]:
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/ch")
+    client.command(
+        "CREATE TABLE t (id UInt32, name String, at DateTime64(3, 'UTC'), note Nullable(String))"
+        " ENGINE = MergeTree ORDER BY id"
+    )
+    yield ClickHouseHistory(client)
+    client.close()
+
+
+def rows(client: Client) -> list[tuple[object, ...]]:
+    return [tuple(r) for r in client.query("SELECT id, name, note FROM t ORDER BY id").result_rows]
+
+
+def test_types_are_read_once_and_the_rows_land(history: ClickHouseHistory) -> None:
+    history.insert("t", [[1, "一", None], [2, "two", "n"]], ["id", "name", "note"])
+    assert history._types[("t", ("id", "name", "note"))] == ["UInt32", "String", "Nullable(String)"]
+    history.insert("t", [[3, "three", None]], ["id", "name", "note"])
+    assert rows(history.client) == [(1, "一", None), (2, "two", "n"), (3, "three", None)]
+
+
+def test_a_failed_insert_forgets_the_types_and_the_next_reads_them_again(
+    history: ClickHouseHistory,
+) -> None:
+    history.insert("t", [[1, "a", None]], ["id", "name", "note"])
+    with pytest.raises(Exception):  # noqa: B017  # whichever error the driver raises
+        history.insert("t", [[2, "b"]], ["id", "name", "note"])  # a value short
+    assert ("t", ("id", "name", "note")) not in history._types
+    history.insert("t", [[3, "c", None]], ["id", "name", "note"])
+    assert history._types[("t", ("id", "name", "note"))] == ["UInt32", "String", "Nullable(String)"]
+    assert rows(history.client) == [(1, "a", None), (3, "c", None)]
+
+
+def test_a_migration_run_forgets_every_type(history: ClickHouseHistory) -> None:
+    history.insert("t", [[1, "a", None]], ["id", "name", "note"])
+    history.ensure_schema()
+    assert history._types == {}
