@@ -435,7 +435,7 @@ GC_THRESHOLDS = (50_000, 20, 100)
 
 The worker allocates many short-lived objects per event (decoded events, derived
 events, rows) beside a large long-lived heap (fold state, tables, models), and with
-the defaults the collector's passes over that heap cost a third of its time:
+the defaults the collector's passes over that heap cost about a quarter of its time:
 ``ops/bench/ingest.py --events 30000 --modes direct`` ran 2 233 / 2 333 events/s with
 the defaults and 3 031 / 3 124 with these thresholds and the heap frozen at start,
 alternated in one session (BENCHMARKS.md). Cycles are still collected, less often."""
