@@ -112,18 +112,19 @@ class _Consumer(faust_kafka.Consumer):
                 log.info("%s[%d]: reading again from %d (acks refused)", *tp, offset)
                 await self.seek(tp, offset)
 
-    async def seek(self, partition: Any, offset: int) -> None:
-        """faust's seek, run in the consumer's thread: faust calls aiokafka's seek from
-        the worker's loop while that thread may be draining the fetched records, and
-        aiokafka's fetcher then fails (``KeyError`` in ``fetched_records``: the
-        consumer crashed, seen with frequent re-reads)."""
+    async def _seek(self, partition: Any, offset: int) -> None:
+        """aiokafka's seek, run in the consumer's thread (every seek of this consumer
+        comes here: faust's ``seek``, the re-reads, :meth:`perform_seek`). faust calls
+        it from the worker's loop while that thread may be draining the fetched
+        records, and aiokafka's fetcher then fails (``KeyError`` in
+        ``fetched_records``: the fetcher crashed and the worker read nothing more;
+        seen with frequent re-reads, and once at a start after ``kill -9``)."""
         thread = self._thread
 
         async def seek_there() -> None:
             thread.seek(partition, offset)
 
         await thread.call_thread(seek_there)
-        self._read_offset[partition] = offset if offset else None
 
     async def perform_seek(self) -> None:
         await super().perform_seek()
