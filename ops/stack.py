@@ -50,6 +50,7 @@ from schemas import RAW_TYPE_NAMES, Codec, Event
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory
 from sinks.derivations import Derivation, Derivations, first
+from sinks.embed_process import ProcessEmbedder
 from sinks.embedding import Embedder, get_embedder
 from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
@@ -250,7 +251,9 @@ def http_api(
 
 def open_vectors(settings: Settings, say: Say) -> tuple[VectorIndex, Embedder]:
     """The vector store (its live collection ensured) and the embedding model."""
-    embedder = get_embedder(settings.embedding_model, threads=settings.embed_threads)
+    embedder: Embedder = get_embedder(settings.embedding_model, threads=settings.embed_threads)
+    if settings.embed_process:  # the model's Python work off the worker's GIL
+        embedder = ProcessEmbedder(embedder, threads=settings.embed_threads)
     index = open_index(settings.vectors, name=f"memories_{embedder.name}")
     index.ensure(embedder.dims)
     say(f"vectors: {settings.vectors} ({embedder.name} {embedder.version}, {embedder.dims} d)")
@@ -281,6 +284,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
     keys: BlockingKeyring | None = None
     http: HttpThread | None = None
     index: VectorIndex | None = None
+    embedder: Embedder | None = None
     rebuilds: Rebuilds | None = None
     reprocesses: Reprocesses | None = None
     try:
@@ -412,6 +416,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
         settings.up_file.unlink(missing_ok=True)
         if index is not None:
             index.close()
+        if isinstance(embedder, ProcessEmbedder):
+            embedder.close()
         if keys is not None:
             keys.close()
         if broker is not None:

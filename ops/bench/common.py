@@ -37,6 +37,20 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+def children(pid: int, marker: str) -> list[int]:
+    """The live child processes of ``pid`` whose command line contains ``marker``."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            try:
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if marker.encode() in cmdline:
+                found.append(int(child))
+    return found
+
+
 @dataclass
 class BenchStack:
     home: Path

