@@ -15,7 +15,9 @@ The caller records the recall as a ``memory.recalled`` event (see
 
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -35,7 +37,11 @@ class Recaller:
     """Hybrid, retention-weighted recall over one :class:`VectorIndex`.
 
     ``candidates`` is how many points each of the dense and sparse searches
-    returns before fusion (at least ``k``).
+    returns before fusion (at least ``k``). ``query_cache`` is how many recent query
+    vectors are kept (0: none), so a query asked again (an agent polling the same
+    question, a task description recalled every turn) is not embedded again: an
+    embedder gives the same text the same vector bit for bit, so the answers are the
+    same with or without the cache. Thread-safe.
     """
 
     def __init__(
@@ -46,12 +52,18 @@ class Recaller:
         config: MemoryConfig | None = None,
         weights: RecallWeights | None = None,
         candidates: int = 50,
+        query_cache: int = 0,
     ) -> None:
+        if query_cache < 0:
+            raise ValueError("query_cache must be 0 or more")
         self.index = index
         self.embedder = embedder
         self.config = config or MemoryConfig()
         self.weights = weights or RecallWeights()
         self.candidates = candidates
+        self.query_cache = query_cache
+        self._vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._vectors_lock = threading.Lock()
 
     def recall(
         self,
@@ -93,13 +105,30 @@ class Recaller:
         """The dense and the sparse candidates of ``query`` in ``scope`` (no sparse ones
         when the query has no index terms): one batch when the index can run both
         searches together (:class:`HybridSearch`), else one search after the other."""
-        vector = self.embedder.embed_query(query)
+        vector = self._query_vector(query)
         indices, values = query_sparse(query)
         terms = SparseVector(indices=indices, values=values) if indices else None
         if isinstance(self.index, HybridSearch):
             return self.index.search_hybrid(vector, terms, scope, limit)
         dense = self.index.search_dense(vector, scope, limit)
         return dense, [] if terms is None else self.index.search_sparse(terms, scope, limit)
+
+    def _query_vector(self, query: str) -> list[float]:
+        """The query's vector, from the cache of recent queries when it is there (the
+        searches only read it)."""
+        if not self.query_cache:
+            return self.embedder.embed_query(query)
+        with self._vectors_lock:
+            vector = self._vectors.get(query)
+            if vector is not None:
+                self._vectors.move_to_end(query)
+                return vector
+        vector = self.embedder.embed_query(query)
+        with self._vectors_lock:
+            self._vectors[query] = vector
+            while len(self._vectors) > self.query_cache:
+                self._vectors.popitem(last=False)
+        return vector
 
     def _ranked(
         self,

@@ -330,7 +330,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             live = live.model_copy(update={"memory_starts": {}})
         if live.generation:
             say(f"derivation: generation {live.generation} ({live.version}) on {live.memory_topic}")
-        recaller = Recaller(index, embedder, config=live.config)
+        recaller = Recaller(index, embedder, config=live.config, query_cache=QUERY_CACHE)
         reprocesses = Reprocesses(parts)
         rebuilds = Rebuilds(
             bootstrap=bootstrap,
@@ -434,6 +434,11 @@ class StackWorker(Worker):
             if isinstance(app, faust.App):
                 log_consumer_state(app)
         log_awaits()
+
+
+QUERY_CACHE = 1024
+"""Recent query vectors the stack's recall keeps (:class:`engram.recall.Recaller`): a
+query asked again costs no embedding (about 3 ms of the worker's interpreter each)."""
 
 
 GC_THRESHOLDS = (50_000, 20, 100)

