@@ -143,6 +143,9 @@ class Settings:
     max_event_bytes: int = DEFAULT_MAX_BYTES
     batch_size: int = 1000
     flush_interval_s: float = 0.2
+    relay_interval_s: float | None = None
+    """The batch window of the agents that pass events on (the ingest hop, the
+    embedding and the vector projection); None: ``flush_interval_s``."""
     log_level: str = "WARNING"
     tick_interval_s: float = 60.0
     session_timeout_s: float | None = None
@@ -185,6 +188,7 @@ class Settings:
             max_event_bytes=_int(env, "ENGRAM_MAX_EVENT_BYTES", DEFAULT_MAX_BYTES, low=1024),
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
+            relay_interval_s=_optional_float(env, "ENGRAM_RELAY_INTERVAL_S"),
             log_level=_log_level(env),
             tick_interval_s=_tick_interval(env),
             session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),
@@ -203,6 +207,11 @@ class Settings:
             if (file := env.get("ENGRAM_MASTER_KEY_FILE"))
             else None,
         )
+
+    @property
+    def relay_window_s(self) -> float:
+        """The batch window of the relaying agents (see ``relay_interval_s``)."""
+        return self.flush_interval_s if self.relay_interval_s is None else self.relay_interval_s
 
     @property
     def sealing(self) -> bool:

@@ -232,6 +232,7 @@ async def freshness(
     sample_every: int,
     flush_interval: str | None = None,
     settings: dict[str, str] | None = None,
+    agents: int = 1,
 ) -> dict[str, Any]:
     """``flush_interval``: the stack's ``ENGRAM_FLUSH_INTERVAL_S`` (None: its default);
     ``settings``: more ``ENGRAM_*`` variables for the stack."""
@@ -240,16 +241,19 @@ async def freshness(
         env["ENGRAM_FLUSH_INTERVAL_S"] = flush_interval
     stack = start_stack(None, 120.0, ENGRAM_TICK_INTERVAL_S="0", **env)
     try:
-        return await _freshness(stack.up, rate, seconds, sample_every)
+        return await _freshness(stack.up, rate, seconds, sample_every, agents)
     finally:
         stack.stop()
 
 
 async def _freshness(
-    up: dict[str, Any], rate: float, seconds: float, sample_every: int
+    up: dict[str, Any], rate: float, seconds: float, sample_every: int, agents: int = 1
 ) -> dict[str, Any]:
+    """Events go in sessions of 20 to ``agents`` agents in turn (session ``s`` to agent
+    ``s % agents``); with one agent, the bench's historical mix."""
     agent = "fresh-bot"
-    pending: dict[str, float] = {}
+    names = [agent] if agents == 1 else [f"{agent}-{n}" for n in range(agents)]
+    pending: dict[str, tuple[float, str]] = {}
     latencies: list[float] = []
     done = asyncio.Event()
     async with httpx.AsyncClient(base_url=up["http"], timeout=30) as http:
@@ -260,14 +264,16 @@ async def _freshness(
             # next at once. Asking for every pending one every 10 ms (before) made a
             # recall load (~10 ms of the worker's CPU each) that grew with the backlog,
             # on the worker it measured; polling only overstates a latency, by < POLL_S
+            # (with several agents, a marker of another partition may be recallable
+            # before the oldest one: its latency is then overstated by the wait too)
             while not (done.is_set() and not pending):
                 if not pending:
                     await asyncio.sleep(POLL_S)
                     continue
-                marker, sent = next(iter(pending.items()))
+                marker, (sent, owner) = next(iter(pending.items()))
                 answer = await http.post(
                     "/v1/recall",
-                    json={"query": marker, "agent_id": agent, "k": 10, "record": False},
+                    json={"query": marker, "agent_id": owner, "k": 10, "record": False},
                 )
                 memories = answer.json()["memories"]
                 if any(marker in m["text"] for m in memories):
@@ -284,13 +290,14 @@ async def _freshness(
         batch = max(1, int(rate / 20))  # 20 sends per second
         for first in range(0, total, batch):
             events: list[Event] = []
-            markers = []
+            markers: list[tuple[str, str]] = []
             at = datetime.now(UTC)  # live traffic: event time is now
             for i in range(first, min(total, first + batch)):
                 at += timedelta(microseconds=1000)
+                owner = names[(i // 20) % agents]
                 if i % sample_every == 0:
                     marker = f"zq{uuid.uuid4().hex[:10]}"
-                    markers.append(marker)
+                    markers.append((marker, owner))
                     content = f"Remember the access code {marker} for the storage unit."
                     body = {"role": "user", "content": content, "importance": 9.0}
                 else:
@@ -298,7 +305,7 @@ async def _freshness(
                 events.append(
                     make_event(
                         "interaction.recorded",
-                        agent_id=agent,
+                        agent_id=owner,
                         session_id=f"s{i // 20}",
                         occurred_at=at,
                         body=body,
@@ -306,8 +313,8 @@ async def _freshness(
                 )
             await memory.apublish_many(events)
             acked = time.perf_counter()
-            for marker in markers:
-                pending[marker] = acked
+            for marker, owner in markers:
+                pending[marker] = (acked, owner)
             wait = first / rate + batch / rate - (time.perf_counter() - started)
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -318,6 +325,7 @@ async def _freshness(
     return {
         "rate_target": rate,
         "rate_achieved": achieved,
+        "agents": agents,
         "samples": len(latencies),
         "p50_ms": 1000 * statistics.median(latencies),
         "p95_ms": 1000 * percentile(latencies, 0.95),
@@ -461,6 +469,9 @@ def main() -> None:
     fresh.add_argument("--rate", type=float, default=1000.0)
     fresh.add_argument("--seconds", type=float, default=20.0)
     fresh.add_argument("--sample-every", type=int, default=100)
+    fresh.add_argument(
+        "--agents", type=int, default=1, help="agents the events go to, in sessions of 20"
+    )
     fresh.add_argument("--flush-interval", help="ENGRAM_FLUSH_INTERVAL_S for the stack")
     fresh.add_argument(
         "--set",
@@ -485,6 +496,7 @@ def main() -> None:
                         args.sample_every,
                         args.flush_interval,
                         dict(pair.split("=", 1) for pair in args.set),
+                        args.agents,
                     )
                 )
             )
