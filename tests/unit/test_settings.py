@@ -1,0 +1,25 @@
+"""``Settings.from_env`` for the worker's process and batch-window settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram.settings import Settings, SettingsError
+
+HOME = {"ENGRAM_HOME": "/tmp/engram-settings-test"}
+
+
+def test_memories_are_embedded_in_a_child_process_unless_turned_off() -> None:
+    assert Settings.from_env(HOME).embed_process is True
+    assert Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "OFF "}).embed_process is False
+    with pytest.raises(SettingsError, match="ENGRAM_EMBED_PROCESS"):
+        Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "yes"})
+
+
+def test_the_relay_window_follows_the_flush_interval_unless_set() -> None:
+    assert Settings.from_env(HOME).relay_window_s == 0.2
+    flush = {**HOME, "ENGRAM_FLUSH_INTERVAL_S": "0.5"}
+    assert Settings.from_env(flush).relay_window_s == 0.5
+    assert Settings.from_env({**flush, "ENGRAM_RELAY_INTERVAL_S": "0.05"}).relay_window_s == 0.05
+    with pytest.raises(SettingsError, match="ENGRAM_RELAY_INTERVAL_S"):
+        Settings.from_env({**HOME, "ENGRAM_RELAY_INTERVAL_S": "soon"})
