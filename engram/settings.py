@@ -144,6 +144,9 @@ class Settings:
     batch_size: int = 1000
     flush_interval_s: float = 0.2
     relay_interval_s: float | None = None
+    state_save_every: int = 10
+    """Flushes an agent's saved state may lag its live one (``streams.pipeline``'s
+    ``STATE_SAVE_EVERY``; 1 saves every touched agent at every flush)."""
     """The batch window of the agents that pass events on (the ingest hop, the
     embedding and the vector projection); None: ``flush_interval_s``."""
     log_level: str = "WARNING"
@@ -189,6 +192,7 @@ class Settings:
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
             relay_interval_s=_optional_float(env, "ENGRAM_RELAY_INTERVAL_S"),
+            state_save_every=_int(env, "ENGRAM_STATE_SAVE_EVERY", 10),
             log_level=_log_level(env),
             tick_interval_s=_tick_interval(env),
             session_timeout_s=_optional_float(env, "ENGRAM_SESSION_TIMEOUT_S"),

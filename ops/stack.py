@@ -168,6 +168,7 @@ def build_worker_app(
         summariser=episode_summariser(settings, history),
         keys=keys,
         state_table=derivation.state_table,
+        save_every=settings.state_save_every,
     )
     if vectors is not None:
         index, embedder = vectors

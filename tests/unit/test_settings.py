@@ -23,3 +23,10 @@ def test_the_relay_window_follows_the_flush_interval_unless_set() -> None:
     assert Settings.from_env({**flush, "ENGRAM_RELAY_INTERVAL_S": "0.05"}).relay_window_s == 0.05
     with pytest.raises(SettingsError, match="ENGRAM_RELAY_INTERVAL_S"):
         Settings.from_env({**HOME, "ENGRAM_RELAY_INTERVAL_S": "soon"})
+
+
+def test_states_are_saved_at_one_flush_in_ten_unless_set() -> None:
+    assert Settings.from_env(HOME).state_save_every == 10
+    assert Settings.from_env({**HOME, "ENGRAM_STATE_SAVE_EVERY": "1"}).state_save_every == 1
+    with pytest.raises(SettingsError, match="ENGRAM_STATE_SAVE_EVERY"):
+        Settings.from_env({**HOME, "ENGRAM_STATE_SAVE_EVERY": "0"})
