@@ -242,6 +242,7 @@ class Folder:
         if found is None:
             saved = self.table.data.get(mark_key(partition))
             if saved is not None:
+                self.written.setdefault(partition, int(saved))
                 found = self.next[partition] = int(saved) + 1
         return found
 
@@ -623,6 +624,7 @@ class Flusher:
         self.pending = Group()
         self.task: asyncio.Future[None] | None = None
         self.last_add = time.monotonic()
+        self.unacked: list[Any] = []  # flushed, waiting for their agents' states
 
     async def add(self, result: FoldResult, messages: Sequence[Any]) -> None:
         self.last_add = time.monotonic()
@@ -653,6 +655,18 @@ class Flusher:
             return False
         self.task = asyncio.ensure_future(self._save_all())
         return True
+
+    def _ack_saved(self, messages: Sequence[Any]) -> None:
+        """Ack the messages that the saved marks cover; the others (an agent they went
+        to is not saved yet) wait for a later save, so the committed offsets never pass
+        the marks and a restart reads on from where the saved states end."""
+        written, waiting = self.folder.written, [*self.unacked, *messages]
+        self.unacked = []
+        for message in waiting:
+            if message.offset <= written.get(message.partition, -1):
+                message.ack(self.consumer)
+            else:
+                self.unacked.append(message)
 
     async def _save_all(self) -> None:
         """One flush that saves every unsaved state, then whatever was added meanwhile."""
@@ -705,8 +719,7 @@ class Flusher:
             what="save agent state",
         )
         faults.reached("flush.saved")
-        for message in group.messages:
-            message.ack(self.consumer)
+        self._ack_saved(group.messages)
         log.debug(
             "flushed %d messages: history and derived %.3fs, state %.3fs",
             len(group.messages),
