@@ -707,30 +707,46 @@ _ENTITY_RULES: tuple[tuple[bool, bool, re.Pattern[str] | None, re.Pattern[str]],
         # quoted spans: the group is the entity
         ("wide", "[「『“《]", r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]"),
         # @handles and #tags
-        ("", "[@#]", r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])"),
+        ("", "[@#]", r"([@#](?<!\w.)(?:[^\W\d_][\w.-]*\w|[^\W\d_]))"),
         # dates and times (each needs a digit)
-        ("digit", r"\d", rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
-        ("digit", r"\d", rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)"),
-        ("digit", r"\d", r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})"),
-        ("wide digit", "[年月]", r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)"),
+        ("digit", r"\d", rf"(?=[ADFJMNOS])\b({_MONTH}\s+\d\d?(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
+        (
+            "digit",
+            r"\d",
+            rf"(\d(?<!\w\d)\d?(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)",
+        ),
+        ("digit", r"\d", r"(\d\d{3}[-/.]\d{1,2}[-/.]\d{1,2})"),
+        (
+            "wide digit",
+            "[年月]",
+            r"(\d(?:\d{1,3}年\d{1,2}月(?:\d{1,2}[日号])?|\d?月(?:\d{1,2}[日号])?|\d{3}年))",
+        ),
         (
             "digit",
             ":|[AaPp][Mm]",
-            r"(\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d{1,2}\s?[AaPp][Mm]\b)",
+            r"(\d(?:\d?:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d?\s?[AaPp][Mm]\b))",
         ),
-        ("wide digit", "[点時时]", r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)"),
-        ("digit", "/", r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)"),
+        ("wide digit", "[点時时]", r"(\d\d?[点時时](?:\d{1,2}分|半)?)"),
+        ("digit", "/", r"(\d\d?/\d{1,2}(?:/\d{2,4})?)"),
         # numbers, with currency or percent
-        ("digit", r"\d", r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)"),
+        ("digit", r"\d", r"([$€£¥\d](?<![0-9A-Za-z_.].)(?:(?<=\d)|\d)\d*(?:[.,]\d+)*%?)"),
         # Chinese names and places after 叫 / 姓 / 在
         ("wide", "叫", rf"叫({_han_run(2, 3)})"),
         ("wide", "姓", rf"姓({_han_run(1, 2)})"),
-        ("wide", "在", rf"(?<![现正实存所自好])在({_han_run(2, 4)})"),
+        ("wide", "在", rf"在(?<![现正实存所自好].)({_han_run(2, 4)})"),
     )
 )
-"""(wide, digit, guard, pattern): the pattern runs only when the text is not ASCII (if
+r"""(wide, digit, guard, pattern): the pattern runs only when the text is not ASCII (if
 ``wide``: every wide guard is made of non-ASCII characters), holds a digit (if ``digit``:
-the pattern cannot match without one) and its cheap guard is found in the text."""
+the pattern cannot match without one) and its cheap guard is found in the text.
+
+Each pattern starts by consuming one character of a class (``\d``, ``[@#]``, ...), its
+lookbehind checked just after it (``\d(?<!\w\d)`` is ``\b\d``; ``\d\d?`` is
+``\d{1,2}``): then the regex engine skips in C to the characters that can start a
+match instead of trying the whole pattern at every position (several times faster on
+long texts). The month rule, whose first characters are letters, looks ahead for one.
+``tests/unit/test_scoring_fast_paths.py`` checks every match against the plain
+patterns."""
 _NAMES = re.compile(rf"({_UPPER}(?<![\w'’-].)[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*(?: {_NAME_WORD})*)")
 """Capitalised words and multiword names (cleaned by :func:`_names`): one
 :data:`_NAME_WORD` then more after single spaces; the first one's lookbehind comes

@@ -10,6 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.scoring import (
+    _ENTITY_RULES,
+    _HAN,
+    _MONTH,
     CONFIDENCE_CUES,
     DEFAULT_PARAMS,
     IMPORTANCE_MARKERS,
@@ -110,3 +113,44 @@ def test_cues_that_are_not_plain_words_keep_the_ngram_lookup() -> None:
     norm = normalise("Meh, it was ok ok. So-so really; don't-forget the QQ群")
     assert [cue for _, cue, _ in CUSTOM.polarity_lexicon.hits(norm)] == ["meh", "ok ok"]
     assert [cue for _, cue, _ in CUSTOM.importance_lexicon.hits(norm)] == ["qq群"]
+
+
+def _han_run(low: int, high: int) -> str:
+    stop = "的了是和与跟我你他她它们很也都就吗呢吧啊呀哦嘛着过在"
+    return rf"(?:(?![{stop}])[{_HAN}]){{{low},{high}}}"
+
+
+PLAIN_ENTITY_PATTERNS = [
+    r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]",
+    r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])",
+    rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)",
+    rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)",
+    r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})",
+    r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)",
+    r"(\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d{1,2}\s?[AaPp][Mm]\b)",
+    r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)",
+    r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)",
+    r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)",
+    rf"叫({_han_run(2, 3)})",
+    rf"姓({_han_run(1, 2)})",
+    rf"(?<![现正实存所自好])在({_han_run(2, 4)})",
+]
+"""The entity rules as first written (lookbehinds first): the reference of the
+rewritten patterns, which start with a character class so the engine can skip."""
+DATE_PIECES = st.lists(
+    st.one_of(
+        PIECES,
+        st.sampled_from(list("0123456789年月日号点時时分半$€£¥%.,:/-_ aApPmM@#\n现在北京上海叫姓")),
+        st.sampled_from(["Jan", "January", "May", "Sept", "Dec.", "of", "st", "th", "am", "p.m."]),
+        st.sampled_from(["x", "a5", "_3", "٣", "５", "2024年", "12月", "3点", "'s", "—", "’"]),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@given(st.one_of(TEXTS, DATE_PIECES))
+def test_entity_patterns_match_what_the_plain_patterns_match(text: str) -> None:
+    assert len(_ENTITY_RULES) == len(PLAIN_ENTITY_PATTERNS)
+    for (_, _, _, pattern), plain in zip(_ENTITY_RULES, PLAIN_ENTITY_PATTERNS, strict=True):
+        found = [(m.span(), m.span(1)) for m in pattern.finditer(text)]
+        assert found == [(m.span(), m.span(1)) for m in re.finditer(plain, text)], plain
