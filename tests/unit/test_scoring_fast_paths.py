@@ -13,6 +13,7 @@ from processors.scoring import (
     _ENTITY_RULES,
     _HAN,
     _MONTH,
+    _WIDE_PUNCTUATION,
     CONFIDENCE_CUES,
     DEFAULT_PARAMS,
     IMPORTANCE_MARKERS,
@@ -68,6 +69,12 @@ def test_normalise_is_the_plain_definition(text: str) -> None:
     assert normalise(text) == _reference_normalise(text)
 
 
+def test_punctuation_replaced_before_nfkc_is_its_decomposition() -> None:
+    for wide, narrow in _WIDE_PUNCTUATION:  # so NFKC gives the same with or without it
+        assert unicodedata.normalize("NFKD", wide) == narrow
+        assert len(narrow) == 1 and narrow.isascii()
+
+
 @given(TEXTS)
 def test_analyse_is_score_text_and_extract_entities(text: str) -> None:
     for params in (DEFAULT_PARAMS, CUSTOM):
@@ -90,7 +97,17 @@ def test_analyse_turn_is_score_turn_and_extract_entities(
     )
 
 
-@given(TEXTS)
+GLUED = st.lists(
+    st.one_of(
+        st.sampled_from(CUES),
+        st.sampled_from(["é", "ß", "д", "ı", "٣", "_", "'", "’", "ʼ", "x", "1", "京", " ", "-"]),
+    ),
+    max_size=20,
+).map("".join)
+"""Cues glued to letters, digits and apostrophes, ASCII or not: the word boundaries."""
+
+
+@given(st.one_of(TEXTS, GLUED))
 def test_whole_word_regex_finds_what_the_ngram_lookup_finds(text: str) -> None:
     norm = normalise(text)
     words = [norm[a:b] for a, b in word_spans(norm)]
