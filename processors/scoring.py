@@ -13,12 +13,14 @@ whitespace runs collapsed. Lexicon keys are normalised the same way.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from typing import Annotated
 
 from pydantic import Field
@@ -845,11 +847,17 @@ def extract_entities(text: str, limit: int = 10) -> list[str]:
     2-4 Han characters after 叫 / 姓 / 在. Overlapping candidates keep the one that
     starts first (the longest on ties). Results keep their surface form, are
     de-duplicated case-insensitively in first-seen order and cut to ``limit``.
+
+    The candidates come in order and are read only until ``limit`` entities are
+    found: most of a long text is never searched.
     """
     found: dict[str, str] = {}
-    for _, entity in _non_overlapping(_candidates(text)):
-        found.setdefault(entity.casefold(), entity)
-    return list(found.values())[: max(limit, 0)]
+    if limit > 0:
+        for entity in _non_overlapping(_candidates(text)):
+            found.setdefault(entity.casefold(), entity)
+            if len(found) == limit:
+                break
+    return list(found.values())
 
 
 _RULES_FOR: dict[tuple[bool, bool], tuple[tuple[re.Pattern[str] | None, re.Pattern[str]], ...]] = {
@@ -864,22 +872,46 @@ _RULES_FOR: dict[tuple[bool, bool], tuple[tuple[re.Pattern[str] | None, re.Patte
 """(guard, pattern) of the rules that can match, by (text not ASCII, text has a digit)."""
 
 
-def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
-    """``(start, end, entity)`` of every pattern match, names already cleaned."""
+_Span = tuple[int, int, str]
+"""``(start, start - end, entity)``: sorted, by start and then longest first."""
+
+
+def _candidates(text: str) -> Iterator[_Span]:
+    """Every pattern match, names already cleaned, sorted: each rule's matches come in
+    order (the regex scans left to right), merged lazily."""
     wide = not text.isascii()
     digit = (_DIGIT if wide else _ASCII_DIGIT).search(text) is not None
-    for guard, pattern in _RULES_FOR[wide, digit]:
-        if guard is None or guard.search(text):
-            for match in pattern.finditer(text):
-                if inner := match.group(1).strip():
-                    yield match.start(), match.end(), inner
+    streams = [
+        _matches(pattern, text)
+        for guard, pattern in _RULES_FOR[wide, digit]
+        if guard is None or guard.search(text)
+    ]
     capital = _CAPITAL.search(text)
     if capital is not None:  # every name starts with a capital
-        for match in _NAMES.finditer(text, capital.start()):
-            yield from _names(text, match)
+        streams.append(_all_names(text, capital.start()))
+    if len(text) <= _SORTED_CHARS:  # faster than merging, when there is little to read
+        return iter(sorted(chain.from_iterable(streams)))
+    return heapq.merge(*streams)
 
 
-def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
+_SORTED_CHARS = 512
+
+
+def _matches(pattern: re.Pattern[str], text: str) -> Iterator[_Span]:
+    """The matches of an entity rule, the entity being its group, stripped."""
+    for match in pattern.finditer(text):
+        if inner := match.group(1).strip():
+            start, end = match.span()
+            yield start, start - end, inner
+
+
+def _all_names(text: str, start: int) -> Iterator[_Span]:
+    """The names from ``start`` on."""
+    for match in _NAMES.finditer(text, start):
+        yield from _names(text, match)
+
+
+def _names(text: str, match: re.Match[str]) -> Iterator[_Span]:
     """Split a capitalised run at first-person words; drop a common sentence starter."""
     name = match.group()
     if " " not in name:  # one word, the usual case
@@ -888,7 +920,8 @@ def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
             return
         if folded in COMMON_STARTERS and _starts_sentence(text, match.start()):
             return
-        yield match.start(), match.end(), name
+        start, end = match.span()
+        yield start, start - end, name
         return
     words = [(w.start(), w.end()) for w in _WORDS.finditer(text, match.start(), match.end())]
     first = text[words[0][0] : words[0][1]].casefold()
@@ -899,7 +932,7 @@ def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
         if start >= 0 and text[start:end].casefold() not in _FIRST_PERSON:
             run.append((start, end))
         elif run:
-            yield run[0][0], run[-1][1], text[run[0][0] : run[-1][1]]
+            yield run[0][0], run[0][0] - run[-1][1], text[run[0][0] : run[-1][1]]
             run = []
 
 
@@ -911,11 +944,10 @@ def _starts_sentence(text: str, position: int) -> bool:
     return head[-1] in ".!?;:\n。！？；："
 
 
-def _non_overlapping(spans: Iterator[tuple[int, int, str]]) -> Iterator[tuple[int, str]]:
-    """Greedy by start, longest first: drop spans overlapping one already kept."""
+def _non_overlapping(spans: Iterator[_Span]) -> Iterator[str]:
+    """Greedy in order (by start, longest first): drop spans overlapping one already kept."""
     kept_end = -1
-    # sorted by (start, -length, entity): the spans themselves, keyed so, in one pass
-    for start, shorter, entity in sorted([(s, s - e, x) for s, e, x in spans]):
+    for start, shorter, entity in spans:
         if start >= kept_end:
             kept_end = start - shorter
-            yield start, entity
+            yield entity

@@ -10,9 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.scoring import (
+    _ASCII_DIGIT,
+    _CAPITAL,
+    _DIGIT,
     _ENTITY_RULES,
     _HAN,
     _MONTH,
+    _RULES_FOR,
     _WIDE_PUNCTUATION,
     CONFIDENCE_CUES,
     DEFAULT_PARAMS,
@@ -22,6 +26,8 @@ from processors.scoring import (
     POLARITY,
     Lexicon,
     ScoringParams,
+    _all_names,
+    _matches,
     analyse,
     analyse_turn,
     extract_entities,
@@ -171,3 +177,34 @@ def test_entity_patterns_match_what_the_plain_patterns_match(text: str) -> None:
     for (_, _, _, pattern), plain in zip(_ENTITY_RULES, PLAIN_ENTITY_PATTERNS, strict=True):
         found = [(m.span(), m.span(1)) for m in pattern.finditer(text)]
         assert found == [(m.span(), m.span(1)) for m in re.finditer(plain, text)], plain
+
+
+def _every_entity(text: str, limit: int) -> list[str]:
+    """:func:`extract_entities` as first written: every candidate of every rule, sorted,
+    the overlapping ones dropped, de-duplicated, then cut to ``limit``."""
+    wide = not text.isascii()
+    digit = (_DIGIT if wide else _ASCII_DIGIT).search(text) is not None
+    spans = [
+        span
+        for guard, pattern in _RULES_FOR[wide, digit]
+        if guard is None or guard.search(text)
+        for span in _matches(pattern, text)
+    ]
+    if (capital := _CAPITAL.search(text)) is not None:
+        spans += _all_names(text, capital.start())
+    found: dict[str, str] = {}
+    kept_end = -1
+    for start, shorter, entity in sorted(spans):
+        if start >= kept_end:
+            kept_end = start - shorter
+            found.setdefault(entity.casefold(), entity)
+    return list(found.values())[: max(limit, 0)]
+
+
+LONG = st.lists(st.one_of(TEXTS, DATE_PIECES), min_size=1, max_size=12).map(" ".join)
+"""Texts over 512 characters too, whose candidates are merged lazily, not sorted."""
+
+
+@given(st.one_of(TEXTS, DATE_PIECES, LONG), st.integers(-1, 12))
+def test_entities_are_the_first_of_every_candidate(text: str, limit: int) -> None:
+    assert extract_entities(text, limit) == _every_entity(text, limit)
