@@ -12,8 +12,8 @@ import math
 import re
 from bisect import bisect
 from collections import Counter
-from collections.abc import Sequence
-from itertools import pairwise
+from collections.abc import Iterator, Sequence
+from itertools import chain, pairwise
 from typing import NamedTuple, TypeVar
 
 from processors.scoring import CJK, DEFAULT_PARAMS, ScoringParams, score_text, tokenize
@@ -73,6 +73,17 @@ def split_sentences(text: str) -> list[str]:
     parts = _BREAK.split(text)  # text, end, text, end, ..., text
     parts.append("")
     return [s for s in map(str.strip, map(str.__add__, parts[::2], parts[1::2])) if s]
+
+
+def iter_sentences(text: str) -> Iterator[str]:
+    """:func:`split_sentences`, one at a time: ``text`` is read only as far as asked."""
+    start = 0
+    for end in _BREAK.finditer(text):
+        if sentence := text[start : end.end()].strip():
+            yield sentence
+        start = end.end()
+    if sentence := text[start:].strip():
+        yield sentence
 
 
 def summarise(
@@ -176,16 +187,21 @@ def _is_stop(token: str) -> bool:
 def _scores(sentences: Sequence[_Sentence], params: ScoringParams) -> dict[int, float]:
     """Position -> score of each sentence (see :func:`summarise`)."""
     distinct = {s.text: s.terms for s in sentences}  # a repeated sentence is not a topic
-    frequency = Counter(term for terms in distinct.values() for term in terms)
+    frequency = Counter(chain.from_iterable(distinct.values()))
     logs = {term: math.log(count) for term, count in frequency.items()}
     tf = {text: _tf(terms, logs) for text, terms in distinct.items()}
     top = max(tf.values()) or 1.0
     count = sentences[-1].position + 1
-    importance = {text: score_text(text, params).importance for text in distinct}
+    # the first and last terms of a score once per distinct text; each score is the
+    # same floating-point operations in the same order as the formula's
+    tf_weight, importance_weight = params.summary_tf_weight, params.summary_importance_weight
+    topical = {text: tf_weight * tf[text] / top for text in distinct}
+    weighty = {
+        text: importance_weight * (score_text(text, params).importance - 1) / 9 for text in distinct
+    }
+    placed = params.summary_position_weight
     return {
-        s.position: params.summary_tf_weight * tf[s.text] / top
-        + params.summary_position_weight * (1 - s.position / count)
-        + params.summary_importance_weight * (importance[s.text] - 1) / 9
+        s.position: topical[s.text] + placed * (1 - s.position / count) + weighty[s.text]
         for s in sentences
     }
 
@@ -269,8 +285,8 @@ def _join(sentences: Sequence[_Sentence]) -> str:
 
 
 def _is_wide(char: str) -> bool:
-    """Whether ``char`` is CJK, or CJK or full-width punctuation."""
-    return bool(_WIDE.match(char))
+    """Whether ``char`` is CJK, or CJK or full-width punctuation (never ASCII)."""
+    return not char.isascii() and bool(_WIDE.match(char))
 
 
 def _truncate(text: str, max_chars: int) -> str:

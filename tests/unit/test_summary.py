@@ -16,6 +16,7 @@ from processors.summary import (
     _select,
     _Sentence,
     _sentences,
+    iter_sentences,
     split_sentences,
     summarise,
 )
@@ -198,6 +199,7 @@ MARKED = st.lists(
 def test_split_sentences_is_the_plain_split(text: str) -> None:
     plain = [piece.strip() for piece in _PLAIN_BREAK.split(text) if piece and piece.strip()]
     assert split_sentences(text) == plain
+    assert list(iter_sentences(text)) == plain
 
 
 def _plain_join(texts: list[str]) -> str:
