@@ -739,10 +739,31 @@ def _mean(values: Sequence[float]) -> float:
 
 # --- entities -------------------------------------------------------------------
 
-_MONTH = (
-    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
-)
+_MONTHS = {
+    "J": ("an(?:uary)?", "une?", "uly?"),
+    "F": ("eb(?:ruary)?",),
+    "M": ("ar(?:ch)?", "ay"),
+    "A": ("pr(?:il)?", "ug(?:ust)?"),
+    "S": ("ep(?:t(?:ember)?)?",),
+    "O": ("ct(?:ober)?",),
+    "N": ("ov(?:ember)?",),
+    "D": ("ec(?:ember)?",),
+}
+"""English month names (full or abbreviated) by initial, as regexes of the rest."""
+
+
+def _month(after_initial: str = "") -> str:
+    """A regex for a month name and an optional dot; ``after_initial`` (a lookbehind)
+    goes after its first letter, so the regex can start with one of the initials."""
+    names = "|".join(
+        f"{initial}{after_initial}(?:{'|'.join(rests)})" for initial, rests in _MONTHS.items()
+    )
+    return rf"(?:{names})\.?"
+
+
+_MONTH = _month()
+_MONTH_WORD = _month(r"(?<!\w.)")
+"""A month name starting a word (``\b`` before it)."""
 _UPPER = r"[A-Z\u00c0-\u00d6\u00d8-\u00de]"
 _NAME_WORD = rf"(?<![\w'’-]){_UPPER}[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*"
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -772,7 +793,7 @@ _ENTITY_RULES: tuple[tuple[bool, bool, re.Pattern[str] | None, re.Pattern[str]],
         # @handles and #tags
         ("", "[@#]", r"([@#](?<!\w.)(?:[^\W\d_][\w.-]*\w|[^\W\d_]))"),
         # dates and times (each needs a digit)
-        ("digit", r"\d", rf"(?=[ADFJMNOS])\b({_MONTH}\s+\d\d?(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
+        ("digit", r"\d", rf"({_MONTH_WORD}\s+\d\d?(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
         (
             "digit",
             r"\d",
@@ -807,7 +828,7 @@ Each pattern starts by consuming one character of a class (``\d``, ``[@#]``, ...
 lookbehind checked just after it (``\d(?<!\w\d)`` is ``\b\d``; ``\d\d?`` is
 ``\d{1,2}``): then the regex engine skips in C to the characters that can start a
 match instead of trying the whole pattern at every position (several times faster on
-long texts). The month rule, whose first characters are letters, looks ahead for one.
+long texts). The month rule puts its lookbehind after a month's initial.
 ``tests/unit/test_scoring_fast_paths.py`` checks every match against the plain
 patterns."""
 _NAMES = re.compile(rf"({_UPPER}(?<![\w'’-].)[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*(?: {_NAME_WORD})*)")

@@ -15,7 +15,6 @@ from processors.scoring import (
     _DIGIT,
     _ENTITY_RULES,
     _HAN,
-    _MONTH,
     _RULES_FOR,
     _WIDE_PUNCTUATION,
     CONFIDENCE_CUES,
@@ -143,6 +142,10 @@ def _han_run(low: int, high: int) -> str:
     return rf"(?:(?![{stop}])[{_HAN}]){{{low},{high}}}"
 
 
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
+)
 PLAIN_ENTITY_PATTERNS = [
     r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]",
     r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])",
