@@ -145,7 +145,9 @@ def _remember(memo: dict[_K, _V], key: _K, value: _V) -> None:
 _Piece = tuple[str, frozenset[str], bool, bool]
 """A :class:`_Sentence` but its position."""
 _PIECES: dict[str, tuple[_Piece, ...]] = {}
-_PIECES_CHARS = 4096
+_PIECES_CHARS = 1024
+"""Longer contents are split again each time: the memo holds at most ~4096 · 1024
+characters of sentences (a few tens of MB at worst, with their terms)."""
 
 
 def _pieces(content: str) -> tuple[_Piece, ...]:
