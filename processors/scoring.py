@@ -13,12 +13,14 @@ whitespace runs collapsed. Lexicon keys are normalised the same way.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from typing import Annotated
 
 from pydantic import Field
@@ -43,8 +45,15 @@ _TOKEN = re.compile(
 )
 _CJK_CHAR = re.compile(f"[{CJK}]")
 _WORD = re.compile(rf"[^\W_{CJK}]+(?:'[^\W_{CJK}]+)*")
-_APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
-_CURLY = re.compile("[\u2019\u2018\u02bc]")
+_CURLY_APOSTROPHES = ("\u2019", "\u2018", "\u02bc")
+"""Apostrophes that :func:`normalise` makes straight."""
+_WIDE_PUNCTUATION = tuple(
+    (wide, unicodedata.normalize("NFKC", wide)) for wide in "，！？：；（）\u3000"
+)
+"""Full-width punctuation of CJK text and its NFKC form, an ASCII character (a starter:
+it composes with nothing). :func:`normalise` replaces them before NFKC, which gives the
+same (NFKC works on the compatibility decomposition) and returns most CJK text as it is,
+after a quick check, instead of decomposing and composing it again."""
 _CLAUSE_END = re.compile(r"[,.;:!?\n、。，；：！？]")
 _LATIN_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
 
@@ -56,9 +65,11 @@ def normalise(text: str) -> str:
     """
     if text.isascii():  # NFKC and the apostrophe map leave ASCII alone
         return " ".join(text.lower().split())
+    for wide, narrow in _WIDE_PUNCTUATION:
+        text = text.replace(wide, narrow)
     folded = unicodedata.normalize("NFKC", text).casefold()
-    if _CURLY.search(folded):
-        folded = folded.translate(_APOSTROPHES)
+    for curly in _CURLY_APOSTROPHES:  # a replace per character: faster than translate
+        folded = folded.replace(curly, "'")
     return " ".join(folded.split())  # the same whitespace as ``\\s`` and ``strip()``
 
 
@@ -293,6 +304,9 @@ class Lexicon:
     """The Latin cues of one word."""
     multi: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """First word -> the Latin cues of several words that start with it."""
+    quick: re.Pattern[str] | None = None
+    """``latin`` with ASCII word boundaries (see :func:`_quick_words`): the same
+    matches when the boundary characters of each are what ``latin`` needs."""
 
     @classmethod
     def build(cls, table: Mapping[str, float]) -> Lexicon:
@@ -308,7 +322,9 @@ class Lexicon:
             if " " in cue:
                 first = cue.split(" ")[0]
                 multi[first] = (*multi.get(first, ()), cue)
-        return cls(weights, pattern, firsts, longest, _whole_words(latin), single, multi)
+        whole = _whole_words(latin)
+        quick = None if whole is None else _quick_words(latin)
+        return cls(weights, pattern, firsts, longest, whole, single, multi, quick)
 
     def hits(self, norm: str, words: Spans | None = None) -> list[tuple[int, str, float]]:
         """``(start, cue, weight)`` of each match in normalised text, in text order.
@@ -348,10 +364,19 @@ class Lexicon:
         ):
             return []  # no cue of one word, none of several even as a substring
         start = min(norm.find(word) for word in starts)
+        if self.quick is None:
+            return self._scan(self.latin, norm, start)
+        found = self._scan(self.quick, norm, start)
+        if norm.isascii() or all(_whole_word_at(norm, at, cue) for at, cue, _ in found):
+            return found  # each match of ``quick`` checked: ``latin``'s (see _quick_words)
+        return self._scan(self.latin, norm, start)
+
+    def _scan(
+        self, pattern: re.Pattern[str], norm: str, start: int
+    ) -> list[tuple[int, str, float]]:
+        """``(start, cue, weight)`` of each match of ``pattern`` in ``norm`` from ``start``."""
         weights = self.weights
-        return [
-            (m.start(), m.group(), weights[m.group()]) for m in self.latin.finditer(norm, start)
-        ]
+        return [(m.start(), m.group(), weights[m.group()]) for m in pattern.finditer(norm, start)]
 
     def _latin_hits(self, norm: str, words: Spans | None) -> Iterator[tuple[int, str, float]]:
         """Longest cue of whole words at each word, left to right, without overlaps."""
@@ -415,7 +440,45 @@ def _whole_words(cues: Sequence[str]) -> re.Pattern[str] | None:
         if not pieces or " ".join(pieces) != cue:
             return None
     alternation = "|".join(map(re.escape, sorted(cues, key=lambda c: (-len(c), c))))
-    return re.compile(rf"(?<!{_W})(?<!{_W}')(?:{alternation})(?!{_W})(?!'{_W})")
+    return re.compile(f"{_STARTS_WORD}(?:{alternation}){_ENDS_WORD}")
+
+
+_STARTS_WORD = rf"(?<!{_W})(?<!{_W}')"
+_ENDS_WORD = rf"(?!{_W})(?!'{_W})"
+_ASCII_W = "[0-9A-Za-z]"
+"""The ASCII characters of :data:`_W`."""
+
+
+def _quick_words(cues: Sequence[str]) -> re.Pattern[str]:
+    """:func:`_whole_words`, faster, with word boundaries seen in ASCII only.
+
+    One branch per first character of a cue, its lookbehinds after that character: the
+    regex engine skips to the characters that can start a cue, instead of trying the
+    lookbehinds at every position (with :data:`_W` in each branch, the regex would take
+    a tenth of a second to compile). The alternatives are in the same order and their
+    boundary checks are weaker, so where the characters around each match meet
+    :data:`_W`'s checks (always in ASCII text), the matches are those of
+    :func:`_whole_words`: no earlier start or alternative passed the weaker checks.
+    """
+    rests: dict[str, list[str]] = {}  # first character -> the rest of each cue
+    for cue in sorted(cues, key=lambda c: (-len(c), c)):
+        rests.setdefault(cue[0], []).append(cue[1:])
+    starts = f"(?<!{_ASCII_W}.)(?<!{_ASCII_W}'.)"
+    alternation = "|".join(
+        f"{re.escape(first)}{starts}(?:{'|'.join(map(re.escape, rest))})"
+        for first, rest in sorted(rests.items())
+    )
+    return re.compile(f"(?:{alternation})(?!{_ASCII_W})(?!'{_ASCII_W})")
+
+
+_STARTS_WORD_AT = re.compile(_STARTS_WORD)
+_ENDS_WORD_AT = re.compile(_ENDS_WORD)
+
+
+def _whole_word_at(norm: str, start: int, cue: str) -> bool:
+    """Whether ``cue``, found at ``start`` in ``norm``, has word boundaries by :data:`_W`."""
+    end = start + len(cue)
+    return bool(_STARTS_WORD_AT.match(norm, start)) and bool(_ENDS_WORD_AT.match(norm, end))
 
 
 DEFAULT_PARAMS = ScoringParams()
@@ -676,10 +739,31 @@ def _mean(values: Sequence[float]) -> float:
 
 # --- entities -------------------------------------------------------------------
 
-_MONTH = (
-    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
-    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
-)
+_MONTHS = {
+    "J": ("an(?:uary)?", "une?", "uly?"),
+    "F": ("eb(?:ruary)?",),
+    "M": ("ar(?:ch)?", "ay"),
+    "A": ("pr(?:il)?", "ug(?:ust)?"),
+    "S": ("ep(?:t(?:ember)?)?",),
+    "O": ("ct(?:ober)?",),
+    "N": ("ov(?:ember)?",),
+    "D": ("ec(?:ember)?",),
+}
+"""English month names (full or abbreviated) by initial, as regexes of the rest."""
+
+
+def _month(after_initial: str = "") -> str:
+    """A regex for a month name and an optional dot; ``after_initial`` (a lookbehind)
+    goes after its first letter, so the regex can start with one of the initials."""
+    names = "|".join(
+        f"{initial}{after_initial}(?:{'|'.join(rests)})" for initial, rests in _MONTHS.items()
+    )
+    return rf"(?:{names})\.?"
+
+
+_MONTH = _month()
+_MONTH_WORD = _month(r"(?<!\w.)")
+"""A month name starting a word (``\b`` before it)."""
 _UPPER = r"[A-Z\u00c0-\u00d6\u00d8-\u00de]"
 _NAME_WORD = rf"(?<![\w'’-]){_UPPER}[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*"
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -707,30 +791,46 @@ _ENTITY_RULES: tuple[tuple[bool, bool, re.Pattern[str] | None, re.Pattern[str]],
         # quoted spans: the group is the entity
         ("wide", "[「『“《]", r"[「『“《]([^「」『』“”《》\n]{1,40})[」』”》]"),
         # @handles and #tags
-        ("", "[@#]", r"(?<!\w)([@#][^\W\d_][\w.-]*\w|[@#][^\W\d_])"),
+        ("", "[@#]", r"([@#](?<!\w.)(?:[^\W\d_][\w.-]*\w|[^\W\d_]))"),
         # dates and times (each needs a digit)
-        ("digit", r"\d", rf"\b({_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
-        ("digit", r"\d", rf"\b(\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)"),
-        ("digit", r"\d", r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2})"),
-        ("wide digit", "[年月]", r"((?:\d{2,4}年)?\d{1,2}月(?:\d{1,2}[日号])?|\d{4}年)"),
+        ("digit", r"\d", rf"({_MONTH_WORD}\s+\d\d?(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?)"),
+        (
+            "digit",
+            r"\d",
+            rf"(\d(?<!\w\d)\d?(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}(?:,?\s+\d{{4}})?)",
+        ),
+        ("digit", r"\d", r"(\d\d{3}[-/.]\d{1,2}[-/.]\d{1,2})"),
+        (
+            "wide digit",
+            "[年月]",
+            r"(\d(?:\d{1,3}年\d{1,2}月(?:\d{1,2}[日号])?|\d?月(?:\d{1,2}[日号])?|\d{3}年))",
+        ),
         (
             "digit",
             ":|[AaPp][Mm]",
-            r"(\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d{1,2}\s?[AaPp][Mm]\b)",
+            r"(\d(?:\d?:\d{2}(?::\d{2})?(?:\s?[AaPp]\.?[Mm]\.?)?|\d?\s?[AaPp][Mm]\b))",
         ),
-        ("wide digit", "[点時时]", r"(\d{1,2}[点時时](?:\d{1,2}分|半)?)"),
-        ("digit", "/", r"(\d{1,2}/\d{1,2}(?:/\d{2,4})?)"),
+        ("wide digit", "[点時时]", r"(\d\d?[点時时](?:\d{1,2}分|半)?)"),
+        ("digit", "/", r"(\d\d?/\d{1,2}(?:/\d{2,4})?)"),
         # numbers, with currency or percent
-        ("digit", r"\d", r"((?<![0-9A-Za-z_.])[$€£¥]?\d+(?:[.,]\d+)*%?)"),
+        ("digit", r"\d", r"([$€£¥\d](?<![0-9A-Za-z_.].)(?:(?<=\d)|\d)\d*(?:[.,]\d+)*%?)"),
         # Chinese names and places after 叫 / 姓 / 在
         ("wide", "叫", rf"叫({_han_run(2, 3)})"),
         ("wide", "姓", rf"姓({_han_run(1, 2)})"),
-        ("wide", "在", rf"(?<![现正实存所自好])在({_han_run(2, 4)})"),
+        ("wide", "在", rf"在(?<![现正实存所自好].)({_han_run(2, 4)})"),
     )
 )
-"""(wide, digit, guard, pattern): the pattern runs only when the text is not ASCII (if
+r"""(wide, digit, guard, pattern): the pattern runs only when the text is not ASCII (if
 ``wide``: every wide guard is made of non-ASCII characters), holds a digit (if ``digit``:
-the pattern cannot match without one) and its cheap guard is found in the text."""
+the pattern cannot match without one) and its cheap guard is found in the text.
+
+Each pattern starts by consuming one character of a class (``\d``, ``[@#]``, ...), its
+lookbehind checked just after it (``\d(?<!\w\d)`` is ``\b\d``; ``\d\d?`` is
+``\d{1,2}``): then the regex engine skips in C to the characters that can start a
+match instead of trying the whole pattern at every position (several times faster on
+long texts). The month rule puts its lookbehind after a month's initial.
+``tests/unit/test_scoring_fast_paths.py`` checks every match against the plain
+patterns."""
 _NAMES = re.compile(rf"({_UPPER}(?<![\w'’-].)[^\W{CJK}]*(?:['’-][^\W{CJK}]+)*(?: {_NAME_WORD})*)")
 """Capitalised words and multiword names (cleaned by :func:`_names`): one
 :data:`_NAME_WORD` then more after single spaces; the first one's lookbehind comes
@@ -768,11 +868,17 @@ def extract_entities(text: str, limit: int = 10) -> list[str]:
     2-4 Han characters after 叫 / 姓 / 在. Overlapping candidates keep the one that
     starts first (the longest on ties). Results keep their surface form, are
     de-duplicated case-insensitively in first-seen order and cut to ``limit``.
+
+    The candidates come in order and are read only until ``limit`` entities are
+    found: most of a long text is never searched.
     """
     found: dict[str, str] = {}
-    for _, entity in _non_overlapping(_candidates(text)):
-        found.setdefault(entity.casefold(), entity)
-    return list(found.values())[: max(limit, 0)]
+    if limit > 0:
+        for entity in _non_overlapping(_candidates(text)):
+            found.setdefault(entity.casefold(), entity)
+            if len(found) == limit:
+                break
+    return list(found.values())
 
 
 _RULES_FOR: dict[tuple[bool, bool], tuple[tuple[re.Pattern[str] | None, re.Pattern[str]], ...]] = {
@@ -787,22 +893,46 @@ _RULES_FOR: dict[tuple[bool, bool], tuple[tuple[re.Pattern[str] | None, re.Patte
 """(guard, pattern) of the rules that can match, by (text not ASCII, text has a digit)."""
 
 
-def _candidates(text: str) -> Iterator[tuple[int, int, str]]:
-    """``(start, end, entity)`` of every pattern match, names already cleaned."""
+_Span = tuple[int, int, str]
+"""``(start, start - end, entity)``: sorted, by start and then longest first."""
+
+
+def _candidates(text: str) -> Iterator[_Span]:
+    """Every pattern match, names already cleaned, sorted: each rule's matches come in
+    order (the regex scans left to right), merged lazily."""
     wide = not text.isascii()
     digit = (_DIGIT if wide else _ASCII_DIGIT).search(text) is not None
-    for guard, pattern in _RULES_FOR[wide, digit]:
-        if guard is None or guard.search(text):
-            for match in pattern.finditer(text):
-                if inner := match.group(1).strip():
-                    yield match.start(), match.end(), inner
+    streams = [
+        _matches(pattern, text)
+        for guard, pattern in _RULES_FOR[wide, digit]
+        if guard is None or guard.search(text)
+    ]
     capital = _CAPITAL.search(text)
     if capital is not None:  # every name starts with a capital
-        for match in _NAMES.finditer(text, capital.start()):
-            yield from _names(text, match)
+        streams.append(_all_names(text, capital.start()))
+    if len(text) <= _SORTED_CHARS:  # faster than merging, when there is little to read
+        return iter(sorted(chain.from_iterable(streams)))
+    return heapq.merge(*streams)
 
 
-def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
+_SORTED_CHARS = 512
+
+
+def _matches(pattern: re.Pattern[str], text: str) -> Iterator[_Span]:
+    """The matches of an entity rule, the entity being its group, stripped."""
+    for match in pattern.finditer(text):
+        if inner := match.group(1).strip():
+            start, end = match.span()
+            yield start, start - end, inner
+
+
+def _all_names(text: str, start: int) -> Iterator[_Span]:
+    """The names from ``start`` on."""
+    for match in _NAMES.finditer(text, start):
+        yield from _names(text, match)
+
+
+def _names(text: str, match: re.Match[str]) -> Iterator[_Span]:
     """Split a capitalised run at first-person words; drop a common sentence starter."""
     name = match.group()
     if " " not in name:  # one word, the usual case
@@ -811,7 +941,8 @@ def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
             return
         if folded in COMMON_STARTERS and _starts_sentence(text, match.start()):
             return
-        yield match.start(), match.end(), name
+        start, end = match.span()
+        yield start, start - end, name
         return
     words = [(w.start(), w.end()) for w in _WORDS.finditer(text, match.start(), match.end())]
     first = text[words[0][0] : words[0][1]].casefold()
@@ -822,7 +953,7 @@ def _names(text: str, match: re.Match[str]) -> Iterator[tuple[int, int, str]]:
         if start >= 0 and text[start:end].casefold() not in _FIRST_PERSON:
             run.append((start, end))
         elif run:
-            yield run[0][0], run[-1][1], text[run[0][0] : run[-1][1]]
+            yield run[0][0], run[0][0] - run[-1][1], text[run[0][0] : run[-1][1]]
             run = []
 
 
@@ -834,11 +965,10 @@ def _starts_sentence(text: str, position: int) -> bool:
     return head[-1] in ".!?;:\n。！？；："
 
 
-def _non_overlapping(spans: Iterator[tuple[int, int, str]]) -> Iterator[tuple[int, str]]:
-    """Greedy by start, longest first: drop spans overlapping one already kept."""
+def _non_overlapping(spans: Iterator[_Span]) -> Iterator[str]:
+    """Greedy in order (by start, longest first): drop spans overlapping one already kept."""
     kept_end = -1
-    # sorted by (start, -length, entity): the spans themselves, keyed so, in one pass
-    for start, shorter, entity in sorted([(s, s - e, x) for s, e, x in spans]):
+    for start, shorter, entity in spans:
         if start >= kept_end:
             kept_end = start - shorter
-            yield start, entity
+            yield entity

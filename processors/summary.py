@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from itertools import chain, pairwise
+from typing import NamedTuple, TypeVar
 
 from processors.scoring import CJK, DEFAULT_PARAMS, ScoringParams, score_text, tokenize
 
 SUMMARISER_NAME = "extractive-v1"
 
 _BREAK = re.compile(
-    r"(?<=[。！？；!?…])(?![。！？；!?…」』”’\"')）\]])\s*"  # after CJK or ! ? marks
-    r"|(?<=\.)(?![.\d])\s+"  # after a full stop followed by space
-    r"|\s*\n\s*"  # at line breaks
+    r"([。！？；!?….\n]"  # first the class, so that the regex engine skips to it
+    r"(?:(?<=[。！？；!?…])(?![。！？；!?…」』”’\"')）\]])"  # a mark, not repeated or quoted
+    r"|(?<=\.)(?=\s)"  # a full stop followed by space
+    r"|(?<=\n)))"  # a line break
 )
+"""The last character of a sentence (a sentence may end with the text too)."""
 _WIDE = re.compile(f"[{CJK}\u3000-\u303f\uff01-\uff0f\uff1a-\uff1f\u201c\u201d]")
 _CJK_PAIR = re.compile(f"[{CJK}]{{2}}$")
 _ELLIPSIS = "…"
@@ -49,11 +53,14 @@ STOPWORDS = _ENGLISH_STOPWORDS | frozenset(
 bigram is ignored too when either of its characters is one of these."""
 
 
-@dataclass(frozen=True)
-class _Sentence:
+class _Sentence(NamedTuple):
     position: int
     text: str
     terms: frozenset[str]
+    opens_wide: bool
+    """Whether the text starts with a wide character (see :func:`_join`)."""
+    closes_wide: bool
+    """Whether it ends with one."""
 
 
 def split_sentences(text: str) -> list[str]:
@@ -63,7 +70,20 @@ def split_sentences(text: str) -> list[str]:
     attached), after ``.`` followed by a space (so ``3.5`` and ``v1.2`` hold), and at
     line breaks. Empty pieces are dropped.
     """
-    return [piece.strip() for piece in _BREAK.split(text) if piece and piece.strip()]
+    parts = _BREAK.split(text)  # text, end, text, end, ..., text
+    parts.append("")
+    return [s for s in map(str.strip, map(str.__add__, parts[::2], parts[1::2])) if s]
+
+
+def iter_sentences(text: str) -> Iterator[str]:
+    """:func:`split_sentences`, one at a time: ``text`` is read only as far as asked."""
+    start = 0
+    for end in _BREAK.finditer(text):
+        if sentence := text[start : end.end()].strip():
+            yield sentence
+        start = end.end()
+    if sentence := text[start:].strip():
+        yield sentence
 
 
 def summarise(
@@ -96,21 +116,55 @@ def summarise(
     chosen = _select(ranked, max_chars, params.summary_redundancy)
     if not chosen:
         return _truncate(ranked[0].text, max_chars)
-    return _join([s.text for s in sorted(chosen, key=lambda s: s.position)])
+    return _join(chosen)
 
 
 def _sentences(turns: Sequence[tuple[str, str]]) -> list[_Sentence]:
     """Every sentence of every turn, numbered; contentless ones only if all are."""
-    texts = [sentence for _, content in turns for sentence in split_sentences(content)]
-    found = [_Sentence(i, text, _terms(text)) for i, text in enumerate(texts)]
+    pieces = [piece for _, content in turns for piece in _pieces(content)]
+    found = [_Sentence(i, *piece) for i, piece in enumerate(pieces)]
     with_content = [s for s in found if s.terms]
     return with_content or found
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_MEMO_SIZE = 4096
+"""Entries of each memo of this module (then it starts afresh): a sentence, a turn, is
+summarised again with each compression of working memory, at its episode's close and
+in its day's consolidation."""
+
+
+def _remember(memo: dict[_K, _V], key: _K, value: _V) -> None:
+    """Put ``value`` in ``memo`` (emptied first when full)."""
+    if len(memo) >= _MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
+
+
+_Piece = tuple[str, frozenset[str], bool, bool]
+"""A :class:`_Sentence` but its position."""
+_PIECES: dict[str, tuple[_Piece, ...]] = {}
+_PIECES_CHARS = 1024
+"""Longer contents are split again each time: the memo holds at most ~4096 · 1024
+characters of sentences (a few tens of MB at worst, with their terms)."""
+
+
+def _pieces(content: str) -> tuple[_Piece, ...]:
+    """The sentences of ``content`` (:func:`split_sentences`) with their terms and wide
+    ends, remembered for contents up to ``_PIECES_CHARS`` long (a pure function)."""
+    found = _PIECES.get(content)
+    if found is None:
+        found = tuple(
+            (text, _terms(text), _is_wide(text[0]), _is_wide(text[-1]))
+            for text in split_sentences(content)
+        )
+        if len(content) <= _PIECES_CHARS:
+            _remember(_PIECES, content, found)
+    return found
+
+
 _TERMS: dict[str, frozenset[str]] = {}
-"""Sentence -> :func:`_terms`: a sentence is summarised again with each compression of
-working memory, at its episode's close and in its day's consolidation."""
-_TERMS_SIZE = 4096
 _TERMS_CHARS = 512
 
 
@@ -122,9 +176,7 @@ def _terms(text: str) -> frozenset[str]:
         tokens -= STOPWORDS
         found = frozenset(t for t in tokens if len(t) != 2 or not _is_stop(t))
         if len(text) <= _TERMS_CHARS:
-            if len(_TERMS) >= _TERMS_SIZE:
-                _TERMS.clear()
-            _TERMS[text] = found
+            _remember(_TERMS, text, found)
     return found
 
 
@@ -137,57 +189,106 @@ def _is_stop(token: str) -> bool:
 def _scores(sentences: Sequence[_Sentence], params: ScoringParams) -> dict[int, float]:
     """Position -> score of each sentence (see :func:`summarise`)."""
     distinct = {s.text: s.terms for s in sentences}  # a repeated sentence is not a topic
-    frequency = Counter(term for terms in distinct.values() for term in terms)
-    tf = {s.position: _tf(s.terms, frequency) for s in sentences}
+    frequency = Counter(chain.from_iterable(distinct.values()))
+    logs = {term: math.log(count) for term, count in frequency.items()}
+    tf = {text: _tf(terms, logs) for text, terms in distinct.items()}
     top = max(tf.values()) or 1.0
     count = sentences[-1].position + 1
+    # the first and last terms of a score once per distinct text; each score is the
+    # same floating-point operations in the same order as the formula's
+    tf_weight, importance_weight = params.summary_tf_weight, params.summary_importance_weight
+    topical = {text: tf_weight * tf[text] / top for text in distinct}
+    weighty = {
+        text: importance_weight * (score_text(text, params).importance - 1) / 9 for text in distinct
+    }
+    placed = params.summary_position_weight
     return {
-        s.position: params.summary_tf_weight * tf[s.position] / top
-        + params.summary_position_weight * (1 - s.position / count)
-        + params.summary_importance_weight * (score_text(s.text, params).importance - 1) / 9
+        s.position: topical[s.text] + placed * (1 - s.position / count) + weighty[s.text]
         for s in sentences
     }
 
 
-def _tf(terms: frozenset[str], frequency: Counter[str]) -> float:
-    """Σ ln(frequency) over distinct terms / √(number of terms): 0 for unique words."""
+def _tf(terms: frozenset[str], logs: dict[str, float]) -> float:
+    """Σ ln(frequency) over distinct terms / √(number of terms): 0 for unique words.
+
+    ``logs`` holds ln(frequency) of every term.
+    """
     if not terms:
         return 0.0
-    return math.fsum(math.log(frequency[t]) for t in terms) / math.sqrt(len(terms))
+    return math.fsum(map(logs.__getitem__, terms)) / math.sqrt(len(terms))
+
+
+def _position(sentence: _Sentence) -> int:
+    return sentence.position
 
 
 def _select(ranked: Sequence[_Sentence], max_chars: int, redundancy: float) -> list[_Sentence]:
-    """Greedy by rank: keep what fits in ``max_chars`` and is not a near repeat."""
+    """Greedy by rank: keep what fits in ``max_chars`` and is not a near repeat.
+
+    The sentences kept are in their order; each candidate is put in its place among
+    them and the length of their :func:`_join` updated by its gaps.
+    """
     chosen: list[_Sentence] = []
+    texts: set[str] = set()
     used = -1
     for sentence in ranked:
         if len(sentence.text) + used + 1 > max_chars:
             continue  # cannot fit even with the narrowest join
-        if any(_repeats(sentence, c, redundancy) for c in chosen):
+        if sentence.text in texts or _repeats(sentence.terms, chosen, redundancy):
             continue
-        candidate = sorted([*chosen, sentence], key=lambda s: s.position)
-        length = len(_join([s.text for s in candidate]))
+        at = bisect(chosen, sentence.position, key=_position)
+        length = max(used, 0) + len(sentence.text) + _gaps(chosen, at, sentence)
         if length <= max_chars:
-            chosen, used = candidate, length
+            chosen.insert(at, sentence)
+            texts.add(sentence.text)
+            used = length
     return chosen
 
 
-def _repeats(a: _Sentence, b: _Sentence, redundancy: float) -> bool:
-    """Same text, or content tokens overlapping by Jaccard ≥ ``redundancy``."""
-    if a.text == b.text:
-        return True
-    if not a.terms or not b.terms:
+def _repeats(terms: frozenset[str], chosen: Sequence[_Sentence], redundancy: float) -> bool:
+    """Whether ``terms`` overlap those of a chosen sentence by Jaccard ≥ ``redundancy``
+    (never when either has none)."""
+    if not terms:
         return False
-    return len(a.terms & b.terms) / len(a.terms | b.terms) >= redundancy
+    size = len(terms)
+    for other in chosen:
+        if other.terms:
+            shared = len(terms & other.terms)
+            if shared / (size + len(other.terms) - shared) >= redundancy:
+                return True
+    return False
 
 
-def _join(texts: Sequence[str]) -> str:
+def _gaps(chosen: Sequence[_Sentence], at: int, sentence: _Sentence) -> int:
+    """The characters that joining adds when ``sentence`` goes to ``chosen[at]``."""
+    left = chosen[at - 1] if at else None
+    right = chosen[at] if at < len(chosen) else None
+    added = 0
+    if left is not None:
+        added += _gap(left, sentence)
+    if right is not None:
+        added += _gap(sentence, right)
+        if left is not None:
+            added -= _gap(left, right)
+    return added
+
+
+def _gap(left: _Sentence, right: _Sentence) -> int:
+    """1 for the space between two sentences, 0 between two CJK sides."""
+    return 0 if left.closes_wide and right.opens_wide else 1
+
+
+def _join(sentences: Sequence[_Sentence]) -> str:
     """Sentences joined by a space, or by nothing between two CJK sides."""
-    out = ""
-    for text in texts:
-        wide = bool(out) and bool(_WIDE.match(out[-1])) and bool(_WIDE.match(text[0]))
-        out += text if wide or not out else " " + text
-    return out
+    out = [sentences[0].text] if sentences else []
+    for left, right in pairwise(sentences):
+        out.append(f" {right.text}" if _gap(left, right) else right.text)
+    return "".join(out)
+
+
+def _is_wide(char: str) -> bool:
+    """Whether ``char`` is CJK, or CJK or full-width punctuation (never ASCII)."""
+    return not char.isascii() and bool(_WIDE.match(char))
 
 
 def _truncate(text: str, max_chars: int) -> str:

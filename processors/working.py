@@ -40,7 +40,7 @@ from pydantic import Field
 
 from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS, ScoringParams
-from processors.summary import split_sentences, summarise
+from processors.summary import iter_sentences, summarise
 from schemas import (
     ClockTicked,
     Event,
@@ -337,7 +337,7 @@ def offload(content: str, event_id: str, head_tokens: int) -> str:
     ``head_tokens`` estimated tokens (else as many of its first characters), "…",
     and where the full text is: ``[offloaded: N chars, event <id>]``."""
     head = ""
-    for sentence in split_sentences(content):
+    for sentence in iter_sentences(content):
         gap = " " if head and not (CJK.match(head[-1]) and CJK.match(sentence[0])) else ""
         longer = head + gap + sentence
         if estimate_tokens(longer) > head_tokens:

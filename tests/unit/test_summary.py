@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.scoring import ScoringParams
-from processors.summary import SUMMARISER_NAME, split_sentences, summarise
+from processors.scoring import DEFAULT_PARAMS, ScoringParams
+from processors.summary import (
+    _WIDE,
+    SUMMARISER_NAME,
+    _scores,
+    _select,
+    _Sentence,
+    _sentences,
+    iter_sentences,
+    split_sentences,
+    summarise,
+)
 
 ENGLISH = [
     ("user", "Hi there."),
@@ -164,3 +176,97 @@ def test_any_turns_give_a_short_stable_summary(turns: list[tuple[str, str]], lim
     assert summary == summarise(list(turns), max_chars=limit)
     has_text = any(content.strip() for _, content in turns)
     assert bool(summary) == (has_text and limit > 0)
+
+
+_PLAIN_BREAK = re.compile(
+    r"(?<=[。！？；!?…])(?![。！？；!?…」』”’\"')）\]])\s*"
+    r"|(?<=\.)(?![.\d])\s+"
+    r"|\s*\n\s*"
+)
+"""Sentence boundaries as first written (one whitespace-eating regex): the reference
+of :func:`split_sentences`, which splits at the last character of each sentence."""
+MARKED = st.lists(
+    st.one_of(
+        st.sampled_from(list("。！？；!?….\n \t\u3000」』”’\"')）]3a好")),
+        st.sampled_from(["...", "v1.2", "3.5", " \n ", "\r\n", "Mr. X", "好。", "!?"]),
+        st.text(max_size=4),
+    ),
+    max_size=30,
+).map("".join)
+
+
+@given(st.one_of(CONTENT, MARKED))
+def test_split_sentences_is_the_plain_split(text: str) -> None:
+    plain = [piece.strip() for piece in _PLAIN_BREAK.split(text) if piece and piece.strip()]
+    assert split_sentences(text) == plain
+    assert list(iter_sentences(text)) == plain
+
+
+def _plain_join(texts: list[str]) -> str:
+    out = ""
+    for text in texts:
+        wide = bool(out) and bool(_WIDE.match(out[-1])) and bool(_WIDE.match(text[0]))
+        out += text if wide or not out else " " + text
+    return out
+
+
+def _plain_select(ranked: list[_Sentence], max_chars: int, redundancy: float) -> list[_Sentence]:
+    """The greedy choice as first written: sort the candidate in, join, measure."""
+    chosen: list[_Sentence] = []
+    used = -1
+    for s in ranked:
+        if len(s.text) + used + 1 > max_chars:
+            continue
+        if any(
+            s.text == c.text
+            or (
+                s.terms
+                and c.terms
+                and len(s.terms & c.terms) / len(s.terms | c.terms) >= redundancy
+            )
+            for c in chosen
+        ):
+            continue
+        candidate = sorted([*chosen, s], key=lambda x: x.position)
+        length = len(_plain_join([x.text for x in candidate]))
+        if length <= max_chars:
+            chosen, used = candidate, length
+    return chosen
+
+
+SAID = st.lists(
+    st.tuples(
+        ROLES,
+        st.lists(
+            st.sampled_from(
+                ["我对花生过敏。", "记住京都！", "Kyoto in April.", "remember the trip.", "好的。",
+                 "ok", "「京都」is far.", "Book it 好吗？", "I like 京都。", "Sure.", "。", "\n"]
+            ),
+            max_size=10,
+        ).map("".join),
+    ),
+    max_size=8,
+)  # fmt: skip
+
+
+@given(st.one_of(TURNS, SAID), st.integers(1, 120), st.sampled_from([0.2, 0.6, 1.0]))
+def test_selection_is_the_plain_greedy_choice(
+    turns: list[tuple[str, str]], limit: int, redundancy: float
+) -> None:
+    sentences = _sentences(turns)
+    if not sentences:
+        return
+    scores = _scores(sentences, DEFAULT_PARAMS)
+    ranked = sorted(sentences, key=lambda s: (-scores[s.position], s.position))
+    chosen = _select(ranked, limit, redundancy)
+    assert chosen == _plain_select(ranked, limit, redundancy)
+    if chosen:
+        joined = _plain_join([s.text for s in chosen])
+        assert (
+            summarise(
+                turns,
+                max_chars=limit,
+                params=DEFAULT_PARAMS.model_copy(update={"summary_redundancy": redundancy}),
+            )
+            == joined
+        )
