@@ -7,9 +7,10 @@ of the last event folded into it).
 
 Two ways to the same state, both exact:
 
-* the latest snapshot starts from the fold state the worker checkpoints into the
-  ClickHouse history with every flush (``agent_states``) and folds the archived
-  events after it, if any;
+* the latest snapshot starts from the fold state the worker last checkpointed into
+  the ClickHouse history (``agent_states``, written when it saves the state, see
+  :data:`streams.pipeline.STATE_SAVE_EVERY`) and folds the archived events after it,
+  if any;
 * a snapshot ``as_of`` a moment folds the agent's archived events that occurred
   at or before that moment, in sequence order, as from the first one. It is the same
   fold the worker ran, so it needs no model, no vector and no clock; its episodes are

@@ -75,7 +75,8 @@ class WorkingParams(Model):
     max_sessions: Annotated[int, Field(ge=1)] = 256
     """Open sessions per agent; past it the least recently active ones are cleared.
 
-    Working memory is part of the agent's state, saved whole at every flush: without
+    Working memory is part of the agent's state, saved whole (at one flush in ten, see
+    ``streams.pipeline.STATE_SAVE_EVERY``; at every flush before): without
     a cap an agent that opens sessions faster than the idle TTL clears them grows its
     state without end (measured: 1 000 sessions of 20 short turns, 3.9 MB, 45–75 ms
     to serialise per flush), past the 8 MiB a record of the state changelog may

@@ -187,8 +187,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
         3,
         (
-            # A checkpoint of each agent's fold state, written with every flush: a
-            # snapshot loads it and folds only the events after it.
+            # A checkpoint of each agent's fold state, written when the fold saves it:
+            # a snapshot loads it and folds only the events after it.
             """CREATE TABLE IF NOT EXISTS agent_states (
                 agent_id String,
                 seq Int64,
