@@ -143,12 +143,14 @@ class Settings:
     max_event_bytes: int = DEFAULT_MAX_BYTES
     batch_size: int = 1000
     flush_interval_s: float = 0.2
-    relay_interval_s: float | None = None
+    relay_interval_s: float = 0.1
+    """The batch window of the agents that pass events on (the ingest hop, the
+    embedding and the vector projection): shorter than the fold's, whose flush has a
+    fixed cost (ClickHouse writes, state saves), since each of these hops adds its
+    window to the time from publish to recallable."""
     state_save_every: int = 10
     """Flushes an agent's saved state may lag its live one (``streams.pipeline``'s
     ``STATE_SAVE_EVERY``; 1 saves every touched agent at every flush)."""
-    """The batch window of the agents that pass events on (the ingest hop, the
-    embedding and the vector projection); None: ``flush_interval_s``."""
     log_level: str = "WARNING"
     tick_interval_s: float = 60.0
     session_timeout_s: float | None = None
@@ -191,7 +193,7 @@ class Settings:
             max_event_bytes=_int(env, "ENGRAM_MAX_EVENT_BYTES", DEFAULT_MAX_BYTES, low=1024),
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
-            relay_interval_s=_optional_float(env, "ENGRAM_RELAY_INTERVAL_S"),
+            relay_interval_s=_float(env, "ENGRAM_RELAY_INTERVAL_S", 0.1),
             state_save_every=_int(env, "ENGRAM_STATE_SAVE_EVERY", 10),
             log_level=_log_level(env),
             tick_interval_s=_tick_interval(env),
@@ -211,11 +213,6 @@ class Settings:
             if (file := env.get("ENGRAM_MASTER_KEY_FILE"))
             else None,
         )
-
-    @property
-    def relay_window_s(self) -> float:
-        """The batch window of the relaying agents (see ``relay_interval_s``)."""
-        return self.flush_interval_s if self.relay_interval_s is None else self.relay_interval_s
 
     @property
     def sealing(self) -> bool:

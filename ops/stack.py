@@ -146,7 +146,7 @@ def build_worker_app(
         keys=keys,
         bootstrap=bootstrap,
         batch_size=settings.batch_size,
-        within=settings.relay_window_s,
+        within=settings.relay_interval_s,
     )
     if settings.tick_interval_s > 0:
         register_ticker(
@@ -180,7 +180,7 @@ def build_worker_app(
             codec=codec,
             bootstrap=bootstrap,
             keys=keys,
-            within=settings.relay_window_s,
+            within=settings.relay_interval_s,
             projected=derivation.memory_starts,
             on_erased=lambda erased: history.call(lambda: history.record_vector_erasures(erased)),
         )

@@ -17,11 +17,11 @@ def test_memories_are_embedded_in_a_child_process_when_turned_on() -> None:
         Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "yes"})
 
 
-def test_the_relay_window_follows_the_flush_interval_unless_set() -> None:
-    assert Settings.from_env(HOME).relay_window_s == 0.2
+def test_the_relay_window_is_its_own_setting() -> None:
+    assert Settings.from_env(HOME).relay_interval_s == 0.1
     flush = {**HOME, "ENGRAM_FLUSH_INTERVAL_S": "0.5"}
-    assert Settings.from_env(flush).relay_window_s == 0.5
-    assert Settings.from_env({**flush, "ENGRAM_RELAY_INTERVAL_S": "0.05"}).relay_window_s == 0.05
+    assert Settings.from_env(flush).relay_interval_s == 0.1
+    assert Settings.from_env({**flush, "ENGRAM_RELAY_INTERVAL_S": "0.05"}).relay_interval_s == 0.05
     with pytest.raises(SettingsError, match="ENGRAM_RELAY_INTERVAL_S"):
         Settings.from_env({**HOME, "ENGRAM_RELAY_INTERVAL_S": "soon"})
 
