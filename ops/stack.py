@@ -145,7 +145,8 @@ def build_worker_app(
         codec=SealingCodec(ring, max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
         keys=keys,
         bootstrap=bootstrap,
-        batch_size=settings.batch_size,
+        # a crash seals one batch again: within the fold's window, the copies are dropped
+        batch_size=min(settings.batch_size, derivation.config.dedupe_window),
         within=settings.relay_interval_s,
     )
     if settings.tick_interval_s > 0:

@@ -15,6 +15,9 @@ Points (each names the moment just after something became durable):
   acked yet (so none committed);
 * ``vectors.run`` -- one run of vector-store operations is applied, the rest of the
   batch not yet (a crash mid-upsert of a batch);
+* ``ingest.published`` -- a batch of ``engram.ingest`` is sealed and on
+  ``engram.events``; its offsets are not committed yet (the next owner seals it
+  again: the fold drops the copies by event id);
 * ``embed.published`` -- a batch's ``memory.embedded`` records are on the log; the
   batch is not acked;
 * ``erasure.purged`` -- an erasure's purge of the history finished one table (the
@@ -60,6 +63,7 @@ POINTS = (
     "flush.written",
     "flush.saved",
     "vectors.run",
+    "ingest.published",
     "embed.published",
     "erasure.purged",
 )

@@ -8,8 +8,13 @@ agent decodes each one (bad bytes go to the dead-letter topic with the reason, a
 the fold), seals it under its subject's data key (made and written to ``engram.keys``
 first when the subject has none) and produces it to ``engram.events`` keyed by
 ``agent_id``; the batch is acked only once every sealed
-event is acknowledged, so nothing clear reaches a topic that keeps it and a crash
-republishes (the fold drops the repeated event ids). Records of one ingest partition
+event is acknowledged, so nothing clear reaches a topic that keeps it, and its offsets
+are committed at once (:func:`streams.ordered.commit_acted`), not at faust's commit
+interval: a crash republishes at most the batch it interrupted, and the fold drops
+those repeated event ids. That holds because a batch is no longer than the fold's
+per-agent window of event ids (``MemoryConfig.dedupe_window``; the stack caps
+``batch_size`` there) and an agent's events share one ingest partition (producers key
+them by ``agent_id``). Records of one ingest partition
 are sealed and produced strictly in their offset order (:class:`streams.ordered.InOrder`:
 a record faust delivers past a hole waits for the hole to be read again), and an
 agent's events share a partition on both topics (the same key, the same murmur2
@@ -36,8 +41,9 @@ from processors.erasure import ERASURE_AGENT
 from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
+from streams import faults
 from streams.logwriter import LogWriter, Record
-from streams.ordered import InOrder, in_order
+from streams.ordered import InOrder, commit_acted, in_order
 from streams.pipeline import DeadLetter, dead_letter_records
 from streams.retry import retry_in_place
 
@@ -258,11 +264,13 @@ def register_ingest(
             async for batch in cast(faust.Stream[bytes], stream).take_events(
                 batch_size, within=within
             ):
-                await in_order(
+                acted = await in_order(
                     batch,
                     guard,
                     lambda ready: seal_and_publish(codec, keys, writer, ready, route),
                 )
+                faults.reached("ingest.published")
+                await commit_acted(app.consumer, acted)
                 await sweeper.sweep([item.message for item in batch])
         finally:
             await writer.stop()

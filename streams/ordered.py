@@ -15,6 +15,7 @@ twice on a message is harmless for these agents and skipping one is not.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -188,18 +189,67 @@ async def in_order(
     batch: Sequence[Any],
     guard: InOrder,
     act: Callable[[list[Any]], Awaitable[None]],
-) -> None:
+) -> list[Any]:
     """Act on the batch's messages that come next in their partitions, in order
     (``act`` returns once its work is durable and never raises but on cancellation);
-    ack those and the ones acted on before; hold the rest (never acked: their
-    partitions are read again from the hole). One extra reference each keeps faust
-    from acking a held message when the batch ends."""
+    ack those and the ones acted on before, and return them; hold the rest (never
+    acked: their partitions are read again from the hole). One extra reference each
+    keeps faust from acking a held message when the batch ends."""
     messages = [item.message for item in batch]
     for message in messages:
         message.incref()
     admitted = guard.admit(messages)
     if admitted.ready:
         await act(admitted.ready)
-    for message in admitted.ready + admitted.done:
+    acted = admitted.ready + admitted.done
+    for message in acted:
         message.ack(guard.consumer)
     await read_holes_again(guard.consumer, guard, admitted.gaps)
+    return acted
+
+
+COMMIT_RETRY_S = 0.05
+"""Pause between attempts of :func:`commit_acted` (another commit in flight, a broker
+refusal)."""
+COMMIT_PATIENCE_S = 10.0
+"""How long :func:`commit_acted` tries before it leaves the offsets to faust's
+periodic commit (a partition whose acked offsets have a gap cannot be committed past
+it: the worker's consumer heals that by reading again, see ``streams.app``)."""
+
+
+async def commit_acted(consumer: Any, messages: Sequence[Any]) -> None:
+    """Commit the group's offsets past ``messages`` (what :func:`in_order` acted on)
+    now, not at faust's next commit interval, so a crash makes the next owner read
+    again only what came after them.
+
+    Returns once every partition of ``messages`` still assigned to this worker has its
+    committed offset past its last message; a partition revoked meanwhile is its next
+    owner's (which reads again from the committed offset: acting twice is harmless for
+    these agents, see the module doc). A refused commit is tried again for
+    :data:`COMMIT_PATIENCE_S`, then left to faust's periodic commit with a warning.
+    Never raises but on cancellation."""
+    ends: dict[Any, int] = {}
+    for message in messages:
+        consumer.ack(message)  # faust's own ack only comes when the batch ends
+        ends[message.tp] = max(ends.get(message.tp, 0), message.offset + 1)
+    attempt, deadline = 0, time.monotonic() + COMMIT_PATIENCE_S
+    while left := _uncommitted(consumer, ends):
+        if time.monotonic() > deadline:
+            log.warning("offsets %s not committed yet: left to the periodic commit", left)
+            return
+        attempt += 1
+        try:
+            await consumer.commit(set(left))
+        except Exception as error:  # the broker refused: the offsets stay uncommitted
+            log.warning("commit of %s failed (attempt %d): %r", sorted(left), attempt, error)
+        if _uncommitted(consumer, ends):
+            await asyncio.sleep(COMMIT_RETRY_S)  # another commit was in flight, or refused
+
+
+def _uncommitted(consumer: Any, ends: dict[Any, int]) -> dict[Any, int]:
+    """The partitions of ``ends`` assigned here whose committed offset is before their end."""
+    assigned = consumer.assignment()
+    committed = consumer._committed_offset
+    return {
+        tp: end for tp, end in ends.items() if tp in assigned and (committed.get(tp) or 0) < end
+    }
