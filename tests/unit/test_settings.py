@@ -9,8 +9,8 @@ from engram.settings import Settings, SettingsError
 HOME = {"ENGRAM_HOME": "/tmp/engram-settings-test"}
 
 
-def test_memories_are_embedded_in_a_child_process_when_turned_on() -> None:
-    assert Settings.from_env(HOME).embed_process is False
+def test_memories_are_embedded_in_a_child_process_unless_turned_off() -> None:
+    assert Settings.from_env(HOME).embed_process is True
     assert Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "ON "}).embed_process is True
     assert Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "off"}).embed_process is False
     with pytest.raises(SettingsError, match="ENGRAM_EMBED_PROCESS"):
