@@ -17,7 +17,8 @@ Points (each names the moment just after something became durable):
   batch not yet (a crash mid-upsert of a batch);
 * ``ingest.published`` -- a batch of ``engram.ingest`` is sealed and on
   ``engram.events``; its offsets are not committed yet (the next owner seals it
-  again: the fold drops the copies by event id);
+  again: the fold drops the copies by event id). Counted in records: ``:n`` is the
+  first batch with which at least ``n`` records were sealed;
 * ``embed.published`` -- a batch's ``memory.embedded`` records are on the log; the
   batch is not acked;
 * ``erasure.purged`` -- an erasure's purge of the history finished one table (the
@@ -89,14 +90,15 @@ def purged(table: str) -> None:
     reached("erasure.purged")
 
 
-def reached(point: str) -> None:
-    """Kill this process (SIGKILL) on the n-th passage of the target point."""
+def reached(point: str, count: int = 1) -> None:
+    """Kill this process (SIGKILL) on the n-th passage of the target point; a passage
+    of ``count`` things (records of a batch) counts ``count`` times."""
     if TARGET is None or point != TARGET[0]:
         return
     global _passes
     with _lock:
-        _passes += 1
-        if _passes == TARGET[1]:
+        _passes += count
+        if _passes >= TARGET[1]:
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -269,7 +269,7 @@ def register_ingest(
                     guard,
                     lambda ready: seal_and_publish(codec, keys, writer, ready, route),
                 )
-                faults.reached("ingest.published")
+                faults.reached("ingest.published", len(acted))
                 await commit_acted(app.consumer, acted)
                 await sweeper.sweep([item.message for item in batch])
         finally:
