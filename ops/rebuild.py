@@ -329,14 +329,30 @@ class Projection(Protocol):
 
 
 class ClickHouseProjection:
-    """``memory_changes``: rows of every derived event but ``memory.embedded``."""
+    """``memory_changes``: rows of every derived event but ``memory.embedded``.
 
-    def __init__(self, history: ClickHouseHistory, *, settle_s: float = 30.0) -> None:
+    Erasures: a ``subject.erased`` purges its subject from the table being written as
+    the live sink did from the live one (the log still holds, sealed under *other*
+    subjects' keys, documents the erased subject had shaped: another user's persona
+    version, the ``previous_value`` of a shared fact; crypto-shredding cannot reach
+    them, the purge's rewrite does). Only that table: the live purge did the rest and
+    wrote the receipts when the erasure was folded. The purges are deferred and run
+    together (:meth:`ClickHouseHistory.purge_rebuilt`): once ``purge_every`` wait, in
+    :meth:`complete` (before the last pass), and before the swap; after it (settling
+    into the live table) at once. Deferring changes nothing: a purge only concerns its
+    agent's rows before the erasure, all written when the erasure is read."""
+
+    def __init__(
+        self, history: ClickHouseHistory, *, settle_s: float = 30.0, purge_every: int = 4096
+    ) -> None:
         self.history = history
         self.settle_s = settle_s
+        self.purge_every = purge_every
         self.table = CHANGES
         self.version: int | None = None
         self.swapped = False
+        self.pending: list[SubjectErased] = []
+        """Erasures read whose purge of ``table`` has not run yet."""
 
     async def prepare(self, progress: Progress) -> None:
         h = self.history
@@ -346,28 +362,33 @@ class ClickHouseProjection:
         self.table = version_table(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
-        """Write the batch's rows; a ``subject.erased`` among them purges the subject
-        from the version being built as the live sink did from the live one. The log
-        still holds, sealed under *other* subjects' keys, documents the erased subject
-        had shaped (another user's persona version, the ``previous_value`` of a shared
-        fact): crypto-shredding cannot reach them, the purge's rewrite does."""
+        """Write the batch's rows; its erasures join the pending purges (see the class)."""
         changes = [e for e in events if not isinstance(e, MemoryEmbedded)]
         await self.history.write_changes(self.table, changes)
-        erasures = [e for e in changes if isinstance(e, SubjectErased)]
-        if erasures:
-            h = self.history
-            await h.call(lambda: h.erase_many(erasures))
+        self.pending += [e for e in changes if isinstance(e, SubjectErased)]
+        if self.pending and (self.swapped or len(self.pending) >= self.purge_every):
+            await self.purge()
         return len(changes)
+
+    async def purge(self) -> None:
+        """Run the pending purges on ``table``."""
+        pending, table, h = self.pending, self.table, self.history
+        self.pending = []
+        if pending:
+            await h.call(lambda: h.purge_rebuilt(table, pending))
 
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
     async def complete(self, progress: Progress) -> None:
-        return None  # every row comes from the log
+        """Every row comes from the log; the purges pending so far run here, before
+        the last pass, so that few are left for the swap."""
+        await self.purge()
 
     async def swap(self, progress: Progress) -> None:
         version, h = self.version, self.history
         assert version is not None
+        await self.purge()
         progress.previous = await h.call(lambda: h.swap_version(version))
         progress.live, progress.building = version, None
         self.table, self.swapped = CHANGES, True  # settle reads into the live table
@@ -377,12 +398,14 @@ class ClickHouseProjection:
         return 0 if previous is None else await h.call(lambda: h.agents_ahead(previous))
 
     async def finish(self, progress: Progress) -> None:
+        await self.purge()
         previous, h = progress.previous, self.history
         if not progress.keep and previous is not None:
             await h.call(lambda: h.drop_version(previous))
 
     async def abort(self, progress: Progress) -> None:
         version, h = self.version, self.history
+        self.pending = []  # the version they concern is dropped
         if version is not None and not self.swapped:
             await h.call(lambda: h.drop_version(version))
             progress.building = None

@@ -52,7 +52,7 @@ from clickhouse_connect.driver.client import Client
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import purge
+from sinks.clickhouse_erasure import purge, purge_rebuilt
 
 T = TypeVar("T")
 
@@ -631,6 +631,13 @@ class ClickHouseHistory:
         if made:
             self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
         return receipts
+
+    def purge_rebuilt(self, table: str, erasures: Sequence[SubjectErased]) -> int:
+        """Rebuild-only: purge ``erasures`` from ``table`` alone, a version being rebuilt
+        from the log (:func:`sinks.clickhouse_erasure.purge_rebuilt`: no other table, no
+        counts, no receipt; the live purge did those when the erasures were folded).
+        Returns the number of waves it took. Idempotent."""
+        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS)
 
     def _change_tables(self) -> list[str]:
         """The live memory changes and every version of them on disk."""
