@@ -395,10 +395,16 @@ class Wave:
             self.client.insert(self.table, changed, column_names=list(self.columns))
         self.delete(self.memory_ids(), stale)
 
-    def owns(self, row: Sequence[Any], agent: str) -> bool:
-        """Whether ``row`` of ``agent`` is its erasure's subject's (``owner`` in SQL)."""
-        user = row[self.user]
-        return (agent if user is None else user) == self.erasures[agent].body.subject
+    def owns(self, row: Sequence[Any], agent: str) -> bool | None:
+        """Whether ``row`` of ``agent`` is its erasure's subject's (True) or another's
+        (False), as :class:`Purge`'s SQL decides it: a row without a user, when the
+        subject is not the agent, is neither (None; there ``user_id = {u}`` is NULL, and
+        so is its negation): the live purge leaves such rows as they are, and so does
+        this one, so that a rebuilt table equals the live one."""
+        user, subject = row[self.user], self.erasures[agent].body.subject
+        if user is None:
+            return True if subject == agent else None
+        return bool(user == subject)
 
     def memory_ids(self) -> list[tuple[str, str]]:
         """(agent, memory id) of every memory the subject's changes before the erasure name."""
@@ -436,12 +442,12 @@ class Wave:
         changed: list[list[Any]] = []
         stale: list[int] = []
         for agent, rows in documents.items():
-            others = [(r, i) for r, i in rows if not self.owns(r, agent)]
+            others = [(r, i) for r, i in rows if self.owns(r, agent) is False]
             facts = [(r, i) for r, i in others if r[type_at] == "fact.set"]
             for chain in _by_fact_key(facts):
                 more, old = rechain(chain)
                 changed, stale = changed + more, stale + old
-            mine = any(r[type_at] == "persona.versioned" for r, _ in rows if self.owns(r, agent))
+            mine = any(r[type_at] == "persona.versioned" and self.owns(r, agent) for r, _ in rows)
             if mine or agent in receipted:
                 personas[agent] = [(r, i) for r, i in others if r[type_at] == "persona.versioned"]
         merged = self.merged({a for a, rows in personas.items() if rows})
