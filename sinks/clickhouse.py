@@ -48,6 +48,7 @@ from uuid import UUID
 
 from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
+from pydantic_core import to_json
 
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
@@ -484,6 +485,28 @@ def change_row(e: DerivedEvent) -> list[Any]:
         e.config_version,
         memory_id,
         body.model_dump_json() if body is not None else "{}",
+    ]
+
+
+def record_row(record: dict[str, Any]) -> list[Any]:
+    """:func:`change_row` of a derived event read as a record by
+    :meth:`schemas.Codec.read_record` (the current schema), without pydantic: the same
+    values of the same types, the body serialised by the same serialiser (its fields
+    in the schema's order, which is the model's). The record is taken as valid."""
+    body = record["body"]
+    return [
+        record["agent_id"],
+        record["seq"],
+        record["idx"],
+        record["event_id"],
+        record["type"],
+        record["source_event_id"],
+        record["session_id"],
+        record["user_id"],
+        record["occurred_at"],
+        record["config_version"],
+        body.get("memory_id", ""),
+        to_json(body).decode(),
     ]
 
 
