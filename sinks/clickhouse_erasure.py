@@ -377,13 +377,15 @@ class Wave:
             "ae": [self.erasures[a].seq for a in agents],
             "au": [self.erasures[a].body.subject for a in agents],
         }
+        # transform() looks the agent up in a hash table built once per query; a map
+        # (mapFromArrays) was built per row: the DELETE took about 3x as long on chdb
         self.before = (
             "agent_id IN {ag:Array(String)}"
-            " AND seq < mapFromArrays({ag:Array(String)}, {ae:Array(UInt64)})[agent_id]"
+            " AND seq < transform(agent_id, {ag:Array(String)}, {ae:Array(UInt64)}, 0)"
         )
         self.owner = (
-            "coalesce(user_id, agent_id) = mapFromArrays({ag:Array(String)}, {au:Array(String)})"
-            "[agent_id]"
+            "coalesce(user_id, agent_id)"
+            " = transform(agent_id, {ag:Array(String)}, {au:Array(String)}, '')"
         )
         self.user = self.columns.index("user_id")
 
