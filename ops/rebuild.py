@@ -359,7 +359,9 @@ class ClickHouseProjection:
     together (:meth:`ClickHouseHistory.purge_rebuilt`): once ``purge_every`` wait, in
     :meth:`complete` (before the last pass), and before the swap; after it (settling
     into the live table) at once. Deferring changes nothing: a purge only concerns its
-    agent's rows before the erasure, all written when the erasure is read."""
+    agent's rows before the erasure, all written when the erasure is read. That is the
+    road of :func:`rebuild` (:meth:`read`, :meth:`write`); :meth:`apply` keeps the
+    live sink's purge for callers that swap by themselves."""
 
     def __init__(
         self, history: ClickHouseHistory, *, settle_s: float = 30.0, purge_every: int = 4096
@@ -381,10 +383,18 @@ class ClickHouseProjection:
         self.table = version_table(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
-        """Write the batch's rows; its erasures join the pending purges (see the class)."""
+        """Write the batch's rows and purge its erasures at once as the live sink does
+        (:meth:`ClickHouseHistory.erase_many`: every table, receipts): the road of a
+        caller that drives the projection and swaps by itself (a reprocess), where
+        nothing says when deferred purges would be due. :func:`rebuild` takes
+        :meth:`read` and :meth:`write`, whose purges are deferred (see the class)."""
         changes = [e for e in events if not isinstance(e, MemoryEmbedded)]
+        await self.history.write_changes(self.table, changes)
         erasures = [e for e in changes if isinstance(e, SubjectErased)]
-        return await self.write(Changes([change_row(e) for e in changes], erasures))
+        if erasures:
+            h = self.history
+            await h.call(lambda: h.erase_many(erasures))
+        return len(changes)
 
     def read(
         self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
