@@ -67,7 +67,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import httpx
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -79,8 +79,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsed
 from rich.progress import Progress as ProgressBar
 
 from engram.service import Problem, problem
-from schemas import BadEvent, Codec, DerivedEvent, MemoryCreated, MemoryEmbedded, SubjectErased
-from sinks.clickhouse import CHANGES, ClickHouseHistory, version_table
+from schemas import (
+    DERIVED_TYPES,
+    BadEvent,
+    Codec,
+    DerivedEvent,
+    MemoryCreated,
+    MemoryEmbedded,
+    SubjectErased,
+)
+from sinks.clickhouse import CHANGES, ClickHouseHistory, change_row, record_row, version_table
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
@@ -328,15 +336,44 @@ class Projection(Protocol):
     async def abort(self, progress: Progress) -> None: ...
 
 
-class ClickHouseProjection:
-    """``memory_changes``: rows of every derived event but ``memory.embedded``."""
+@runtime_checkable
+class ReadsBytes(Protocol):
+    """A projection that reads the log's bytes itself (a faster road than the typed
+    events of :func:`decode_derived`): :meth:`read` runs on the rebuild's loop while
+    the previous batch is written, :meth:`write` is what :meth:`Projection.apply`
+    does with the events."""
 
-    def __init__(self, history: ClickHouseHistory, *, settle_s: float = 30.0) -> None:
+    def read(self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None) -> Any: ...
+    async def write(self, batch: Any) -> int: ...
+
+
+class ClickHouseProjection:
+    """``memory_changes``: rows of every derived event but ``memory.embedded``.
+
+    Erasures: a ``subject.erased`` purges its subject from the table being written as
+    the live sink did from the live one (the log still holds, sealed under *other*
+    subjects' keys, documents the erased subject had shaped: another user's persona
+    version, the ``previous_value`` of a shared fact; crypto-shredding cannot reach
+    them, the purge's rewrite does). Only that table: the live purge did the rest and
+    wrote the receipts when the erasure was folded. The purges are deferred and run
+    together (:meth:`ClickHouseHistory.purge_rebuilt`): once ``purge_every`` wait, in
+    :meth:`complete` (before the last pass), and before the swap; after it (settling
+    into the live table) at once. Deferring changes nothing: a purge only concerns its
+    agent's rows before the erasure, all written when the erasure is read. That is the
+    road of :func:`rebuild` (:meth:`read`, :meth:`write`); :meth:`apply` keeps the
+    live sink's purge for callers that swap by themselves."""
+
+    def __init__(
+        self, history: ClickHouseHistory, *, settle_s: float = 30.0, purge_every: int = 4096
+    ) -> None:
         self.history = history
         self.settle_s = settle_s
+        self.purge_every = purge_every
         self.table = CHANGES
         self.version: int | None = None
         self.swapped = False
+        self.pending: list[SubjectErased] = []
+        """Erasures read whose purge of ``table`` has not run yet."""
 
     async def prepare(self, progress: Progress) -> None:
         h = self.history
@@ -346,11 +383,11 @@ class ClickHouseProjection:
         self.table = version_table(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
-        """Write the batch's rows; a ``subject.erased`` among them purges the subject
-        from the version being built as the live sink did from the live one. The log
-        still holds, sealed under *other* subjects' keys, documents the erased subject
-        had shaped (another user's persona version, the ``previous_value`` of a shared
-        fact): crypto-shredding cannot reach them, the purge's rewrite does."""
+        """Write the batch's rows and purge its erasures at once as the live sink does
+        (:meth:`ClickHouseHistory.erase_many`: every table, receipts): the road of a
+        caller that drives the projection and swaps by itself (a reprocess), where
+        nothing says when deferred purges would be due. :func:`rebuild` takes
+        :meth:`read` and :meth:`write`, whose purges are deferred (see the class)."""
         changes = [e for e in events if not isinstance(e, MemoryEmbedded)]
         await self.history.write_changes(self.table, changes)
         erasures = [e for e in changes if isinstance(e, SubjectErased)]
@@ -359,15 +396,41 @@ class ClickHouseProjection:
             await h.call(lambda: h.erase_many(erasures))
         return len(changes)
 
+    def read(
+        self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
+    ) -> Changes:
+        """:func:`change_rows`: the rows :meth:`apply` would write for these bytes."""
+        return change_rows(codec, values, open_event)
+
+    async def write(self, batch: Changes) -> int:
+        """Insert the rows into ``table``; the erasures join the pending purges."""
+        rows, table, h = batch.rows, self.table, self.history
+        if rows:
+            await h.call(lambda: h.insert_change_rows(table, rows))
+        self.pending += batch.erasures
+        if self.pending and (self.swapped or len(self.pending) >= self.purge_every):
+            await self.purge()
+        return len(rows)
+
+    async def purge(self) -> None:
+        """Run the pending purges on ``table``."""
+        pending, table, h = self.pending, self.table, self.history
+        self.pending = []
+        if pending:
+            await h.call(lambda: h.purge_rebuilt(table, pending))
+
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
 
     async def complete(self, progress: Progress) -> None:
-        return None  # every row comes from the log
+        """Every row comes from the log; the purges pending so far run here, before
+        the last pass, so that few are left for the swap."""
+        await self.purge()
 
     async def swap(self, progress: Progress) -> None:
         version, h = self.version, self.history
         assert version is not None
+        await self.purge()
         progress.previous = await h.call(lambda: h.swap_version(version))
         progress.live, progress.building = version, None
         self.table, self.swapped = CHANGES, True  # settle reads into the live table
@@ -377,12 +440,14 @@ class ClickHouseProjection:
         return 0 if previous is None else await h.call(lambda: h.agents_ahead(previous))
 
     async def finish(self, progress: Progress) -> None:
+        await self.purge()
         previous, h = progress.previous, self.history
         if not progress.keep and previous is not None:
             await h.call(lambda: h.drop_version(previous))
 
     async def abort(self, progress: Progress) -> None:
         version, h = self.version, self.history
+        self.pending = []  # the version they concern is dropped
         if version is not None and not self.swapped:
             await h.call(lambda: h.drop_version(version))
             progress.building = None
@@ -588,6 +653,47 @@ def decode_derived(
     return out
 
 
+@dataclass(frozen=True)
+class Changes:
+    """A batch of the derived log as rows of ``memory_changes`` (in log order), and
+    its erasures."""
+
+    rows: list[list[Any]]
+    erasures: list[SubjectErased]
+
+
+def change_rows(
+    codec: Codec, values: Sequence[bytes], open_event: OpenEvent | None = None
+) -> Changes:
+    """The rows of :func:`sinks.clickhouse.change_row` of :func:`decode_derived`'s
+    events among ``values`` but ``memory.embedded``, equal value for value, and the
+    erasures among them. Plain Avro of a current derived schema is read without
+    pydantic (:meth:`Codec.read_record`, :func:`sinks.clickhouse.record_row`): the fold
+    validated what it wrote; anything else (sealed, an older writer schema, JSON, bad
+    bytes, erasures) takes :func:`decode_derived`'s road."""
+    rows: list[list[Any]] = []
+    erasures: list[SubjectErased] = []
+    for value in values:
+        found = codec.read_record(value)
+        kind = found[0] if found is not None else None
+        if kind is MemoryEmbedded:
+            continue
+        if found is not None and kind in FAST_TYPES:
+            rows.append(record_row(found[1]))
+            continue
+        for event in decode_derived(codec, [value], open_event):
+            if isinstance(event, MemoryEmbedded):
+                continue
+            rows.append(change_row(event))
+            if isinstance(event, SubjectErased):
+                erasures.append(event)
+    return Changes(rows, erasures)
+
+
+FAST_TYPES = frozenset(DERIVED_TYPES) - {MemoryEmbedded, SubjectErased}
+"""The derived types :func:`change_rows` turns into rows straight from their record."""
+
+
 async def rebuild(
     projection: Projection,
     reader: LogReader,
@@ -614,9 +720,14 @@ async def rebuild(
 
     async def apply(values: list[bytes]) -> None:
         nonlocal writing
-        events = decode_derived(codec, values, open_event)
-        await drain()
-        writing = asyncio.ensure_future(projection.apply(events))
+        if isinstance(projection, ReadsBytes):
+            batch = projection.read(values, codec, open_event)
+            await drain()
+            writing = asyncio.ensure_future(projection.write(batch))
+        else:
+            events = decode_derived(codec, values, open_event)
+            await drain()
+            writing = asyncio.ensure_future(projection.apply(events))
         progress.done = reader.done()
         progress.total = max(progress.total, progress.done)  # records arrived meanwhile
 

@@ -92,6 +92,26 @@ class Codec:
         except BadEvent as bad:
             raise BadEvent(bad.reason, raw) from None
 
+    def read_record(self, raw: bytes) -> tuple[type[Event], dict[str, Any]] | None:
+        """The record in ``raw`` as fastavro reads it, with its event type, *not
+        validated*: only for plain Avro single-object bytes written with the current
+        schema of an accepted type, within the size limit, that read whole; None for
+        anything else (older writer schemas, sealed events, JSON, bad bytes: those are
+        for :meth:`decode`). For readers that trust the writer, as a rebuild trusts the
+        fold that validated what it wrote; never raises."""
+        if len(raw) > self.max_bytes or raw[:2] != MAGIC:
+            return None
+        writer = self.writers.get(raw[2:10])
+        if writer is None or writer.parsed is not writer.reader.parsed:
+            return None
+        event_type = writer.reader.event_type
+        if event_type.TYPE not in self.accept:
+            return None
+        try:
+            return event_type, writer.read(raw[10:])
+        except Exception:  # fastavro raises many types on bad bytes: decode() says why
+            return None
+
     def from_json_object(self, obj: Any) -> Event:
         """Validate one JSON-decoded object as an event (the HTTP API's entry point)."""
         if not isinstance(obj, dict):

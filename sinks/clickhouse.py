@@ -48,11 +48,12 @@ from uuid import UUID
 
 from clickhouse_connect.driver.binding import quote_identifier
 from clickhouse_connect.driver.client import Client
+from pydantic_core import to_json
 
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import purge
+from sinks.clickhouse_erasure import purge, purge_rebuilt
 
 T = TypeVar("T")
 
@@ -487,6 +488,28 @@ def change_row(e: DerivedEvent) -> list[Any]:
     ]
 
 
+def record_row(record: dict[str, Any]) -> list[Any]:
+    """:func:`change_row` of a derived event read as a record by
+    :meth:`schemas.Codec.read_record` (the current schema), without pydantic: the same
+    values of the same types, the body serialised by the same serialiser (its fields
+    in the schema's order, which is the model's). The record is taken as valid."""
+    body = record["body"]
+    return [
+        record["agent_id"],
+        record["seq"],
+        record["idx"],
+        record["event_id"],
+        record["type"],
+        record["source_event_id"],
+        record["session_id"],
+        record["user_id"],
+        record["occurred_at"],
+        record["config_version"],
+        body.get("memory_id", ""),
+        to_json(body).decode(),
+    ]
+
+
 class ClickHouseHistory:
     """Writer and reader of the history tables over any clickhouse-connect client
     (chdb embedded or a server). Calls run on ``executor`` when given (chdb wants
@@ -631,6 +654,13 @@ class ClickHouseHistory:
         if made:
             self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
         return receipts
+
+    def purge_rebuilt(self, table: str, erasures: Sequence[SubjectErased]) -> int:
+        """Rebuild-only: purge ``erasures`` from ``table`` alone, a version being rebuilt
+        from the log (:func:`sinks.clickhouse_erasure.purge_rebuilt`: no other table, no
+        counts, no receipt; the live purge did those when the erasures were folded).
+        Returns the number of waves it took. Idempotent."""
+        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS)
 
     def _change_tables(self) -> list[str]:
         """The live memory changes and every version of them on disk."""

@@ -11,7 +11,8 @@ Qdrant Edge in a temp dir.
    swapped in. Figure: points per second.
 
 References in the same run, on the same records: a plain aiokafka consumer reading
-every record (the floor of reading the log); ``Codec.decode`` alone; Edge upserting
+every record (the floor of reading the log); ``Codec.decode`` alone; the rebuild's
+bytes-to-rows road alone (:func:`ops.rebuild.change_rows`); Edge upserting
 the rebuilt points alone; the BM25 term weights of the memory texts alone (the
 projection computes them from the text, as the live one does). Run:
 ``python -m ops.bench.rebuild --events 1000000 --points 100000``.
@@ -37,7 +38,14 @@ from aiokafka import AIOKafkaProducer
 from ops.bench.common import machine
 from ops.bench.processors import rich_workload
 from ops.broker import EmbeddedBroker
-from ops.rebuild import ClickHouseProjection, LogReader, Progress, VectorProjection, rebuild
+from ops.rebuild import (
+    ClickHouseProjection,
+    LogReader,
+    Progress,
+    VectorProjection,
+    change_rows,
+    rebuild,
+)
 from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.recall import document_sparse
@@ -175,6 +183,9 @@ def bench_clickhouse(
     for value in sample:
         codec.decode(value)
     decode_s = (time.perf_counter() - started) / len(sample) * n
+    started = time.perf_counter()
+    change_rows(codec, sample)
+    rows_s = (time.perf_counter() - started) / len(sample) * n
     return {
         "derived_events": n,
         "avg_event_bytes": round(sum(len(v) for _, v in records) / n),
@@ -184,6 +195,7 @@ def bench_clickhouse(
         "raw_consume_per_s": round(n / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
         "decode_alone_per_s": round(n / decode_s),
+        "change_rows_alone_per_s": round(n / rows_s),
         "rows_in_rebuilt_table": rows,
         "live_version": live,
         "applied": progress.applied,
