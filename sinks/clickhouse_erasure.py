@@ -108,8 +108,11 @@ class Purge:
         self.client = client
         self.tag = tag
         subject = erased.body.subject
+        # ifNull: a row without a user is the agent's, so another subject's it is not
+        # (`user_id = {u}` alone is NULL there, and so is its negation: such rows would be
+        # neither the subject's nor the others', and kept what the subject had shaped)
         tail = " OR user_id IS NULL)" if subject == erased.agent_id else ")"
-        self.owner = self.named("(user_id = {u:String}") + tail
+        self.owner = self.named("(ifNull(user_id = {u:String}, 0)") + tail
         self.before = self.named("agent_id = {a:String} AND seq < {s:UInt64}")
         self.params: dict[str, Any] = {
             f"a{tag}": erased.agent_id,
@@ -397,15 +400,13 @@ class Wave:
             self.client.insert(self.table, changed, column_names=list(self.columns))
         self.delete(self.memory_ids(), stale)
 
-    def owns(self, row: Sequence[Any], agent: str) -> bool | None:
+    def owns(self, row: Sequence[Any], agent: str) -> bool:
         """Whether ``row`` of ``agent`` is its erasure's subject's (True) or another's
-        (False), as :class:`Purge`'s SQL decides it: a row without a user, when the
-        subject is not the agent, is neither (None; there ``user_id = {u}`` is NULL, and
-        so is its negation): the live purge leaves such rows as they are, and so does
-        this one, so that a rebuilt table equals the live one."""
+        (False), as :class:`Purge`'s SQL decides it: a row without a user is the
+        agent's, so the subject's when the agent is the subject, else another's."""
         user, subject = row[self.user], self.erasures[agent].body.subject
         if user is None:
-            return True if subject == agent else None
+            return subject == agent
         return bool(user == subject)
 
     def memory_ids(self) -> list[tuple[str, str]]:

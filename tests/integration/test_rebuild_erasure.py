@@ -158,14 +158,10 @@ def test_a_rebuild_purges_erasures_as_the_live_sink_did(
     assert len(history.erasures()) == len(erasures), "the rebuild writes no receipt"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the live purge (sinks/clickhouse_erasure.Purge) takes rows without a user, when"
-    " the subject is not the agent, for neither the subject's nor the others' (SQL:"
-    " `user_id = {u}` is NULL, and so is its negation): the agent's own persona versions"
-    " and fact changes keep what the subject had shaped; the rebuild's purge mirrors it",
-)
 def test_the_live_purge_rewrites_the_agents_own_documents_too(tmp_path: Path) -> None:
+    """The agent's own rows (no user) are another's than the erased subject's: its
+    persona versions and fact changes are re-derived without the subject too (they
+    used to be neither the subject's nor the others', and kept the subject's values)."""
     client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'ch'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
