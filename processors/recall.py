@@ -162,7 +162,15 @@ def normalise(text: str) -> str:
     if text.isascii():
         return text.lower()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return folded.translate(_APOSTROPHES) if _CURLY.search(folded) else folded
+    return _straight(folded) if _CURLY.search(folded) else folded
+
+
+def _straight(text: str) -> str:
+    """``text.translate(_APOSTROPHES)``, by ``str.replace``: many times faster than a
+    ``translate`` by a dict on text that is not ASCII."""
+    for curly, straight in _APOSTROPHES.items():
+        text = text.replace(chr(curly), str(straight))
+    return text
 
 
 def _terms(text: str, *, cjk_unigrams: bool) -> Iterator[tuple[str, bool]]:
@@ -333,7 +341,9 @@ def document_sparse(
         raise ValueError(f"BM25 needs k1 >= 0, 0 <= b <= 1, avg_len > 0; got {k1}, {b}, {avg_len}")
     terms, length = _document_terms(text)
     norm = k1 * (1.0 - b + b * length / avg_len)
-    return _vector({term: n * (k1 + 1.0) / (n + norm) for term, n in Counter(terms).items()})
+    tf = Counter(terms)
+    weight = {n: n * (k1 + 1.0) / (n + norm) for n in set(tf.values())}  # few distinct tf
+    return _vector({term: weight[n] for term, n in tf.items()})
 
 
 def query_sparse(text: str) -> SparseVector:
