@@ -150,6 +150,13 @@ TEXTS = st.one_of(st.text(max_size=200), st.lists(PIECES, max_size=40).map("".jo
 # --- the same answers -------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _patterns_built() -> None:
+    """Build the token patterns (~0.1 s, more on a busy machine) before the property
+    tests, so that their first example does not run into Hypothesis's deadline."""
+    recall._token_patterns()
+
+
 def test_a_word_character_is_what_it_was_at_every_code_point() -> None:
     codes = [c for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
     every = "".join(map(chr, codes))
