@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 import unicodedata
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +83,7 @@ particles), dropped when they would be a unigram; bigrams keep them."""
 
 _CLITICS = ("s", "ll", "re", "ve", "m", "d")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
+_CURLY = re.compile("[\u2019\u2018\u02bc\uff07]")  # what _APOSTROPHES replaces
 _VOWELS = frozenset("aeiouy")
 _UNDOUBLED = frozenset("bcdfghjkmnpqrtvwx")  # l, s, z stay doubled: fall, miss, buzz
 _ASCII_WORD = re.compile(r"[a-z]+")
@@ -159,21 +162,48 @@ def normalise(text: str) -> str:
     if text.isascii():
         return text.lower()
     folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return folded.translate(_APOSTROPHES)
+    return _straight(folded) if _CURLY.search(folded) else folded
+
+
+def _straight(text: str) -> str:
+    """``text.translate(_APOSTROPHES)``, by ``str.replace``: many times faster than a
+    ``translate`` by a dict on text that is not ASCII."""
+    for curly, straight in _APOSTROPHES.items():
+        text = text.replace(chr(curly), str(straight))
+    return text
 
 
 def _terms(text: str, *, cjk_unigrams: bool) -> Iterator[tuple[str, bool]]:
     """``(term, extra)`` in reading order; ``extra`` marks the optional CJK unigrams,
     which do not count in a document's length."""
-    for match in _token_pattern().finditer(normalise(text)):
-        if match.lastgroup == "cjk":
-            yield from _cjk_terms(match.group(), unigrams=cjk_unigrams)
-        elif match.lastgroup == "num":
-            yield match.group(), False
+    for cjk, number, word in _tokens(normalise(text)):
+        if cjk:
+            yield from _cjk_terms(cjk, unigrams=cjk_unigrams)
+        elif number:
+            yield number, False
         else:
-            word = _unclitic(match.group())
-            if word not in ENGLISH_STOPWORDS:
-                yield stem(word), False
+            term = _word_term(word)
+            if term is not None:
+                yield term, False
+
+
+def _document_terms(text: str) -> tuple[list[str], int]:
+    """The terms of ``_terms(text, cjk_unigrams=True)`` in no particular order (the
+    same multiset), and how many of them are not extra: the document's length."""
+    terms: list[str] = []
+    extra = 0
+    for cjk, number, word in _tokens(normalise(text)):
+        if cjk:
+            run, unigrams = _cjk_document_terms(cjk)
+            terms += run
+            extra += unigrams
+        elif number:
+            terms.append(number)
+        else:
+            term = _word_term(word)
+            if term is not None:
+                terms.append(term)
+    return terms, len(terms) - extra
 
 
 def _cjk_terms(run: str, *, unigrams: bool) -> Iterator[tuple[str, bool]]:
@@ -189,6 +219,25 @@ def _cjk_terms(run: str, *, unigrams: bool) -> Iterator[tuple[str, bool]]:
         yield run[-1], True
 
 
+@lru_cache(maxsize=1 << 14)
+def _cjk_document_terms(run: str) -> tuple[tuple[str, ...], int]:
+    """The terms of ``_cjk_terms(run, unigrams=True)`` (bigrams, then unigrams) and
+    how many are extra unigrams (remembered for the most recent runs)."""
+    if len(run) == 1:
+        return ((), 0) if run in CJK_STOPWORDS else ((run,), 0)
+    unigrams = tuple(char for char in run if char not in CJK_STOPWORDS)
+    bigrams = tuple(run[i : i + 2] for i in range(len(run) - 1))
+    return bigrams + unigrams, len(unigrams)
+
+
+@lru_cache(maxsize=1 << 16)
+def _word_term(word: str) -> str | None:
+    """The term a matched word gives: its clitic and apostrophes removed, then
+    stemmed; None for a stopword (remembered for the most recent words)."""
+    word = _unclitic(word)
+    return None if word in ENGLISH_STOPWORDS else stem(word)
+
+
 def _unclitic(word: str) -> str:
     if "'" not in word:
         return word
@@ -198,13 +247,57 @@ def _unclitic(word: str) -> str:
     return word.replace("'", "")
 
 
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _tokens(folded: str) -> list[tuple[str, str, str]]:
+    """``(cjk, number, word)`` per token of normalised text, two of them empty: CJK
+    runs, dotted numbers and words (see :func:`tokenize`)."""
+    astral, basic = _token_patterns()
+    pattern = astral if _ASTRAL.search(folded) else basic
+    return pattern.findall(folded)
+
+
 @lru_cache(maxsize=1)
-def _token_pattern() -> re.Pattern[str]:
-    """CJK runs, dotted numbers and words; built on first use (it lists every
-    combining mark, which ``\\w`` does not match, so that words keep them)."""
-    marks = "".join(re.escape(chr(c)) for c in _mark_code_points())
-    char = rf"(?:[^\W_{CJK}]|[{marks}])"
-    return re.compile(rf"(?P<cjk>[{CJK}]+)|(?P<num>\d+(?:[.,]\d+)+)|(?P<word>{char}+(?:'{char}+)*)")
+def _token_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The token regex for any text, and the same for text without a character past
+    U+FFFF, which is several times faster: the regex engine looks a character up in
+    a table when it is in the Basic Multilingual Plane, and in a list of ranges
+    when it is past it. Built on first use (it lists every word character).
+
+    A word character is one class (what ``\\w`` matches but ``_``, and the
+    combining marks, which ``\\w`` does not match, so that words keep them; all
+    outside :data:`CJK`), so the engine takes a word a character at a time, without
+    an alternation."""
+    ranges = _word_ranges()
+    basic = [(start, min(stop, 0xFFFF)) for start, stop in ranges if start <= 0xFFFF]
+    return _token_pattern_of(ranges), _token_pattern_of(basic)
+
+
+def _token_pattern_of(ranges: Sequence[tuple[int, int]]) -> re.Pattern[str]:
+    char = "[" + "".join(_class_range(start, stop) for start, stop in ranges) + "]"
+    return re.compile(rf"([{CJK}]+)|(\d+(?:[.,]\d+)+)|({char}+(?:'{char}+)*)")
+
+
+def _class_range(start: int, stop: int) -> str:
+    first = re.escape(chr(start))
+    return first if start == stop else f"{first}-{re.escape(chr(stop))}"
+
+
+def _word_ranges() -> list[tuple[int, int]]:
+    """The word characters as ascending, disjoint ``(first, last)`` code point ranges."""
+    every = array("I", range(0xD800))
+    every.extend(range(0xE000, sys.maxunicode + 1))  # surrogates are no characters
+    text = every.tobytes().decode("utf-32-le" if sys.byteorder == "little" else "utf-32-be")
+    words = "".join(re.findall(rf"[^\W_{CJK}]+", text))
+    codes = sorted({ord(char) for char in words} | set(_mark_code_points()))
+    ranges: list[tuple[int, int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+    return ranges
 
 
 def _mark_code_points() -> Iterator[int]:
@@ -246,11 +339,11 @@ def document_sparse(
     """
     if k1 < 0 or not 0 <= b <= 1 or avg_len <= 0:
         raise ValueError(f"BM25 needs k1 >= 0, 0 <= b <= 1, avg_len > 0; got {k1}, {b}, {avg_len}")
-    terms = list(_terms(text, cjk_unigrams=True))
-    length = sum(1 for _, extra in terms if not extra)
+    terms, length = _document_terms(text)
     norm = k1 * (1.0 - b + b * length / avg_len)
-    tf = Counter(term for term, _ in terms)
-    return _vector({term: n * (k1 + 1.0) / (n + norm) for term, n in tf.items()})
+    tf = Counter(terms)
+    weight = {n: n * (k1 + 1.0) / (n + norm) for n in set(tf.values())}  # few distinct tf
+    return _vector({term: weight[n] for term, n in tf.items()})
 
 
 def query_sparse(text: str) -> SparseVector:
@@ -259,6 +352,16 @@ def query_sparse(text: str) -> SparseVector:
 
 
 def _vector(weights: Mapping[str, float]) -> SparseVector:
+    """Weights by term to ``(indices, values)``; colliding terms summed in term order
+    (each value is ``0.0 + w…``, so a lone term's value is ``0.0 + w`` too)."""
+    merged = {term_index(term): 0.0 + weight for term, weight in weights.items()}
+    if len(merged) < len(weights):
+        return _colliding_vector(weights)
+    indices = sorted(merged)
+    return indices, [merged[i] for i in indices]
+
+
+def _colliding_vector(weights: Mapping[str, float]) -> SparseVector:
     merged: dict[int, float] = {}
     for term in sorted(weights):
         index = term_index(term)

@@ -106,7 +106,7 @@ class SparseVector:
             raise ValueError("a sparse vector needs one value per index")
         if len(set(self.indices)) != len(self.indices):
             raise ValueError("sparse vector indices must be unique")
-        if any(not 0 <= i < 2**32 for i in self.indices):
+        if self.indices and not (min(self.indices) >= 0 and max(self.indices) < 2**32):
             raise ValueError("sparse vector indices must fit in 32 bits")
 
 
@@ -167,8 +167,14 @@ class Scope:
             raise ValueError("min_importance must be a finite number or None")
 
 
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def canonical_id(value: str) -> str:
-    """The canonical string of a UUID (ValueError if ``value`` is not one)."""
+    """The canonical string of a UUID (ValueError if ``value`` is not one); a string
+    already canonical is returned as it is (what ``str(uuid.UUID(value))`` gives)."""
+    if type(value) is str and _CANONICAL_UUID.fullmatch(value):
+        return value
     try:
         return str(uuid.UUID(value))
     except (ValueError, TypeError, AttributeError) as error:
@@ -452,12 +458,14 @@ def _edge_indexes() -> dict[str, Any]:
 
 
 def _edge_point(point: Point) -> qe.Point:
+    """Edge's point: its constructor converts the lists and the payload into values of
+    its own (no copies needed; a copy of a 512-float list costs more than it seems)."""
     vectors: dict[str, Any] = {}
     if point.dense is not None:
-        vectors[DENSE] = list(point.dense)
+        vectors[DENSE] = point.dense
     if point.sparse is not None:
-        vectors[SPARSE] = qe.SparseVector(list(point.sparse.indices), list(point.sparse.values))
-    return qe.Point(point.id, vectors, dict(point.payload))
+        vectors[SPARSE] = qe.SparseVector(point.sparse.indices, point.sparse.values)
+    return qe.Point(point.id, vectors, point.payload)
 
 
 def _edge_hit(point: qe.ScoredPoint | qe.Record, score: float) -> Hit:
