@@ -53,7 +53,7 @@ from pydantic_core import to_json
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import purge, purge_rebuilt
+from sinks.clickhouse_erasure import agent_waves, purge, purge_rebuilt
 
 T = TypeVar("T")
 
@@ -644,8 +644,16 @@ class ClickHouseHistory:
         nothing, and the first receipt stands).
 
         What goes, and how shared documents are re-derived: :mod:`sinks.clickhouse_erasure`.
-        Idempotent."""
-        counts = purge(self.client, erasures, self._change_tables(), CHANGE_COLUMNS, self.purged)
+        Two erasures of one agent go in separate purges, in log order (one statement
+        for both could rewrite a row twice and delete it). Idempotent."""
+        counts: list[dict[str, int]] = [{} for _ in erasures]
+        tables = self._change_tables()
+        for wave in agent_waves(erasures):
+            done = purge(
+                self.client, [erasures[i] for i in wave], tables, CHANGE_COLUMNS, self.purged
+            )
+            for at, rows in zip(wave, done, strict=True):
+                counts[at] = rows
         receipts = [
             None if self._receipted(e) else _receipt(e, rows)
             for e, rows in zip(erasures, counts, strict=True)

@@ -349,6 +349,17 @@ def purge_rebuilt(
     return done
 
 
+def agent_waves(erasures: Sequence[SubjectErased]) -> list[list[int]]:
+    """The positions of ``erasures`` in waves of at most one per agent: the n-th wave
+    holds each agent's n-th erasure, in log order (``seq``, then position)."""
+    per_agent: dict[str, list[int]] = {}
+    for at, erased in enumerate(erasures):
+        per_agent.setdefault(erased.agent_id, []).append(at)
+    ordered = [sorted(ats, key=lambda at: (erasures[at].seq, at)) for ats in per_agent.values()]
+    depth = max((len(ats) for ats in ordered), default=0)
+    return [[ats[n] for ats in ordered if n < len(ats)] for n in range(depth)]
+
+
 def waves(erasures: Sequence[SubjectErased]) -> list[list[SubjectErased]]:
     """``erasures`` in waves: the n-th holds each agent's n-th erasure in log order
     (``seq``); copies of one erasure (a redelivery: same agent, seq and subject) once."""
