@@ -20,7 +20,8 @@ Given a ``subject.erased`` of agent ``A`` at sequence ``E``, among ``A``'s rows 
   :meth:`sinks.clickhouse.ClickHouseHistory.retained_checkpoint`.)
 
 The subject's rows are those of its user, or without a user when the subject is the
-agent itself. Deletes are lightweight ``DELETE``s (ReplacingMergeTree accepts them,
+agent itself; otherwise a row without a user is the agent's own, one of the others'
+(its persona versions and fact changes are re-derived like another user's). Deletes are lightweight ``DELETE``s (ReplacingMergeTree accepts them,
 chdb included), one per table. A rewritten row is inserted first, with the same key
 and version and its new body, then the old one is deleted with the subject's rows (by
 key and body): a crash in between leaves both, and the redo deletes the old one.
