@@ -53,7 +53,7 @@ from pydantic_core import to_json
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import agent_waves, purge, purge_rebuilt
+from sinks.clickhouse_erasure import INSERT_SETTINGS, agent_waves, purge, purge_rebuilt
 
 T = TypeVar("T")
 
@@ -556,7 +556,13 @@ class ClickHouseHistory:
             known = {str(row[0]): str(row[1]) for row in described.result_rows}
             types = self._types[key] = [known[c] for c in columns]
         try:
-            self.client.insert(table, rows, column_names=list(columns), column_type_names=types)
+            self.client.insert(
+                table,
+                rows,
+                column_names=list(columns),
+                column_type_names=types,
+                settings=INSERT_SETTINGS,
+            )
         except Exception:
             self._types.pop(key, None)
             raise

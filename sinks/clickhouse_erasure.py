@@ -21,10 +21,12 @@ Given a ``subject.erased`` of agent ``A`` at sequence ``E``, among ``A``'s rows 
 
 The subject's rows are those of its user, or without a user when the subject is the
 agent itself; otherwise a row without a user is the agent's own, one of the others'
-(its persona versions and fact changes are re-derived like another user's). Deletes are lightweight ``DELETE``s (ReplacingMergeTree accepts them,
-chdb included), one per table. A rewritten row is inserted first, with the same key
-and version and its new body, then the old one is deleted with the subject's rows (by
-key and body): a crash in between leaves both, and the redo deletes the old one.
+(its persona versions and fact changes are re-derived like another user's). Deletes
+are lightweight ``DELETE``s (ReplacingMergeTree accepts them, chdb included), one per
+table (per wave of erasures: at most one per agent). A rewritten row is inserted
+first, with the same key and version and its new body, then the old one is deleted with
+the subject's rows (by key and body): a crash in between leaves both, and the redo
+deletes the old one.
 Every step is idempotent: run again, it finds nothing more to do.
 """
 
@@ -38,6 +40,10 @@ from clickhouse_connect.driver.client import Client
 
 from schemas import FactSetBody, PersonaVersionBody, SubjectErased
 
+INSERT_SETTINGS = {"max_partitions_per_insert_block": 0}
+"""A batch of events may span any number of months (the tables are partitioned by the
+month of ``occurred_at``): a backfill or an import of years of history must not fail
+the write for ever (ClickHouse refuses more than 100 partitions per insert by default)."""
 DELETE_SYNC = {"lightweight_deletes_sync": 2}
 """A lightweight DELETE returns once the rows are gone (on every replica, on a server)."""
 CHECKPOINT_TABLES = ("agent_states", "agent_checkpoints")
@@ -168,7 +174,7 @@ class Purge:
             more, old = self.fact_rewrites(table, others, namespace, key)
             changed, stale = changed + more, stale + old
         if changed:
-            self.client.insert(table, changed, column_names=self.columns)
+            self.client.insert(table, changed, column_names=self.columns, settings=INSERT_SETTINGS)
         self.rewritten[table] = len(stale)
         self.stale[table] = stale
         self.params[f"old{self.tag}"] = stale
@@ -409,7 +415,9 @@ class Wave:
         documents = self.documents()
         changed, stale = self.rewrites(documents)
         if changed:
-            self.client.insert(self.table, changed, column_names=list(self.columns))
+            self.client.insert(
+                self.table, changed, column_names=list(self.columns), settings=INSERT_SETTINGS
+            )
         self.delete(self.memory_ids(), stale)
 
     def owns(self, row: Sequence[Any], agent: str) -> bool:

@@ -5,13 +5,16 @@ forgets them all."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import clickhouse_connect
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from sinks.clickhouse import ClickHouseHistory
+from engram.events import make_event
+from schemas import Codec
+from sinks.clickhouse import ClickHouseHistory, SequencedEvent
 
 pytestmark = pytest.mark.integration
 
@@ -54,3 +57,27 @@ def test_a_migration_run_forgets_every_type(history: ClickHouseHistory) -> None:
     history.insert("t", [[1, "a", None]], ["id", "name", "note"])
     history.ensure_schema()
     assert history._types == {}
+
+
+def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> None:
+    """The history tables are partitioned by month; a backfill of years in one batch
+    is written (ClickHouse's default refuses more than 100 partitions per insert)."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/months")
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    start = datetime(2010, 1, 15, tzinfo=UTC)
+    events = [
+        make_event(
+            "interaction.recorded",
+            agent_id="a",
+            session_id="s",
+            occurred_at=start + timedelta(days=31 * month),
+            body={"role": "user", "content": f"month {month}"},
+        )
+        for month in range(150)
+    ]
+    codec = Codec()
+    history.write_sync([SequencedEvent(e, i, codec.encode(e)) for i, e in enumerate(events)], [])
+    months = client.query("SELECT uniqExact(toYYYYMM(occurred_at)), count() FROM events")
+    assert tuple(months.result_rows[0]) == (150, 150)
+    client.close()
