@@ -551,7 +551,33 @@ class VectorProjection:
     async def apply(self, events: list[DerivedEvent]) -> int:
         if self.embedding is not None:
             self.embedding.note(events)
-        changes = operations(events, self.model)
+        return await self.write(operations(events, self.model))
+
+    def read(
+        self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
+    ) -> list[Op]:
+        """The store operations of ``values``, in log order, as :meth:`apply` makes
+        them of :func:`decode_derived`'s events; a recorded vector (``memory.embedded``
+        in plain current-schema Avro) is read without pydantic (:meth:`Codec.read_record`:
+        the embedding agent validated what it wrote), the rest takes the typed road."""
+        ops: list[Op] = []
+        for value in values:
+            found = codec.read_record(value)
+            if found is not None and found[0] is MemoryEmbedded:
+                body = found[1]["body"]
+                if body["model"] == self.model:
+                    if self.embedding is not None:
+                        self.embedding.pending.pop(body["memory_id"], None)
+                    ops.append(Op("dense", (body["memory_id"], body["vector"])))
+                continue
+            events = decode_derived(codec, [value], open_event)
+            if self.embedding is not None:
+                self.embedding.note(events)
+            ops += operations(events, self.model)
+        return ops
+
+    async def write(self, changes: list[Op]) -> int:
+        """Apply ``changes`` (coalesced) to the version being built; return how many."""
         ops, writer = coalesce(changes), self.writer
         assert writer is not None
         if ops:

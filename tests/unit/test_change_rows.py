@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from typing import Any
-from uuid import uuid4
+from typing import Any, cast
+from uuid import UUID, uuid4
 
 import fastavro
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ops.rebuild import FAST_TYPES, change_rows, decode_derived
+from ops.rebuild import FAST_TYPES, VectorProjection, change_rows, decode_derived
 from schemas import (
     DERIVED_TYPES,
     Codec,
@@ -31,6 +31,7 @@ from schemas import (
 )
 from schemas.avro import AVSC_DIR, MAGIC, AvroType, fingerprint, write_single_object
 from sinks.clickhouse import change_row, record_row
+from streams.vectors import operations
 from tests.unit.test_schemas_roundtrip import model_strategy
 
 CODEC = Codec()
@@ -150,3 +151,37 @@ def fact_of(raw: bytes) -> DerivedEvent:
     event = CODEC.decode(raw)
     assert isinstance(event, DerivedEvent)
     return event
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(
+        st.sampled_from(DERIVED_TYPES).flatmap(model_strategy), min_size=1, max_size=12
+    ),
+    model_of=st.lists(st.sampled_from(["m", "other"]), min_size=12, max_size=12),
+)
+def test_the_vector_rebuild_reads_recorded_vectors_as_the_typed_road_does(
+    events: list[DerivedEvent], model_of: list[str]
+) -> None:
+    """The vector projection's bytes road (recorded vectors without pydantic) makes the
+    operations :func:`streams.vectors.operations` makes of the typed events, in order;
+    vectors of another model than the index's are not its business."""
+    events = [with_point(e, i, model_of[i]) for i, e in enumerate(events)]
+    values = [CODEC.encode(e) for e in events]
+    projection = VectorProjection(cast(Any, None), "m")  # read() never touches the index
+    try:
+        assert projection.read(values, CODEC) == operations(decode_derived(CODEC, values), "m")
+    finally:
+        projection.pool.shutdown()
+
+
+def with_point(event: DerivedEvent, at: int, model: str) -> DerivedEvent:
+    """``event`` naming a memory by a UUID (point ids are UUIDs), three memories in
+    turn; a recorded vector of ``model``."""
+    body = getattr(event, "body", None)
+    if body is None or not hasattr(body, "memory_id"):
+        return event
+    update: dict[str, Any] = {"memory_id": str(UUID(int=at % 3 + 1))}
+    if isinstance(event, MemoryEmbedded):
+        update["model"] = model
+    return event.model_copy(update={"body": body.model_copy(update=update)})
