@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import clickhouse_connect
 import pytest
 from aiokafka import AIOKafkaProducer
+from clickhouse_connect.driver.client import Client
 
 from engram.events import make_event
 from ops.rebuild import ClickHouseProjection, LogReader, Progress, rebuild
@@ -131,11 +133,21 @@ async def publish(bootstrap: str, topic: str, derived: list[DerivedEvent]) -> No
         await producer.stop()
 
 
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[Client]:
+    """chdb in a temp dir, closed after the test whatever happens (chdb opens one data
+    directory per process: a test that left its own open would fail the next)."""
+    opened = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'ch'}")
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
 @pytest.mark.parametrize("purge_every", [1, 4096], ids=["after-every-batch", "deferred"])
 def test_a_rebuild_purges_erasures_as_the_live_sink_did(
-    broker: str, tmp_path: Path, purge_every: int
+    broker: str, client: Client, purge_every: int
 ) -> None:
-    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'ch'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
     derived = fold_live(history)
@@ -158,11 +170,10 @@ def test_a_rebuild_purges_erasures_as_the_live_sink_did(
     assert len(history.erasures()) == len(erasures), "the rebuild writes no receipt"
 
 
-def test_the_live_purge_rewrites_the_agents_own_documents_too(tmp_path: Path) -> None:
+def test_the_live_purge_rewrites_the_agents_own_documents_too(client: Client) -> None:
     """The agent's own rows (no user) are another's than the erased subject's: its
     persona versions and fact changes are re-derived without the subject too (they
     used to be neither the subject's nor the others', and kept the subject's values)."""
-    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / 'ch'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
     fold_live(history)
@@ -201,11 +212,13 @@ def test_two_erasures_of_one_agent_in_one_flush_purge_as_in_two(tmp_path: Path) 
     statement, a row rewritten twice could get its first body back and be deleted)."""
     log, tables = raw_log(), []
     for name, fold in (("apart", fold_live), ("together", fold_in_one_flush)):
-        client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / name}")
-        history = ClickHouseHistory(client)
-        history.ensure_schema()
-        fold(history, log)
-        tables.append(client.query(ALL.format("memory_changes")).result_rows)
-        client.close()
+        opened = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path / name}")
+        try:
+            history = ClickHouseHistory(opened)
+            history.ensure_schema()
+            fold(history, log)
+            tables.append(opened.query(ALL.format("memory_changes")).result_rows)
+        finally:
+            opened.close()
     apart, together = tables
     assert apart and together == apart

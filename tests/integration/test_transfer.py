@@ -109,7 +109,11 @@ def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, f
             assert moved == source  # same ids, bodies, sequence: the same memory
             assert cli(there, "import", str(path)).returncode == 0  # twice: nothing new
             with Memory(http=stack.http) as here_m, Memory(http=there.http) as there_m:
-                assert here_m.snapshot(agent) == there_m.snapshot(agent)
+                # the same memory; how many events each road folded after its latest
+                # checkpoint is the road's, not the memory's (states are saved when due)
+                fold_free = {"position": {"events_folded"}}
+                here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
+                assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
             assert changes(there, agent) == source
         finally:
             assert there.stop() == 0
