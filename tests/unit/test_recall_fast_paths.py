@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from processors import recall
 from processors.recall import (
     CJK,
-    CJK_STOPWORDS,
     ENGLISH_STOPWORDS,
     SparseVector,
+    _cjk_terms,
+    _unclitic,
     document_sparse,
     normalise,
     query_sparse,
@@ -33,8 +34,8 @@ from processors.recall import (
 )
 
 # --- the reference ------------------------------------------------------------------
+# (the CJK runs' terms and the clitics are the module's own: the fast paths left them)
 
-_CLITICS = ("s", "ll", "re", "ve", "m", "d")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
 _CJK_RUN = re.compile(f"[{CJK}]+")
 
@@ -64,35 +65,13 @@ def reference_normalise(text: str) -> str:
 def reference_terms(text: str, *, cjk_unigrams: bool) -> Iterator[tuple[str, bool]]:
     for match in REFERENCE_PATTERN.finditer(reference_normalise(text)):
         if match.lastgroup == "cjk":
-            yield from _reference_cjk_terms(match.group(), unigrams=cjk_unigrams)
+            yield from _cjk_terms(match.group(), unigrams=cjk_unigrams)
         elif match.lastgroup == "num":
             yield match.group(), False
         else:
-            word = _reference_unclitic(match.group())
+            word = _unclitic(match.group())
             if word not in ENGLISH_STOPWORDS:
                 yield stem(word), False
-
-
-def _reference_cjk_terms(run: str, *, unigrams: bool) -> Iterator[tuple[str, bool]]:
-    if len(run) == 1:
-        if run not in CJK_STOPWORDS:
-            yield run, False
-        return
-    for i in range(len(run) - 1):
-        if unigrams and run[i] not in CJK_STOPWORDS:
-            yield run[i], True
-        yield run[i : i + 2], False
-    if unigrams and run[-1] not in CJK_STOPWORDS:
-        yield run[-1], True
-
-
-def _reference_unclitic(word: str) -> str:
-    if "'" not in word:
-        return word
-    head, _, tail = word.rpartition("'")
-    if tail in _CLITICS:
-        word = head
-    return word.replace("'", "")
 
 
 def reference_tokenize(text: str, *, cjk_unigrams: bool = False) -> list[str]:
