@@ -25,6 +25,7 @@ from processors.recall import (
     ENGLISH_STOPWORDS,
     SparseVector,
     _cjk_terms,
+    _mark_code_points,
     _unclitic,
     document_sparse,
     normalise,
@@ -34,19 +35,10 @@ from processors.recall import (
 )
 
 # --- the reference ------------------------------------------------------------------
-# (the CJK runs' terms and the clitics are the module's own: the fast paths left them)
+# (the CJK runs' terms, the clitics and the combining marks are the module's own: the
+# fast paths left them)
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\uff07": "'"})
-_CJK_RUN = re.compile(f"[{CJK}]+")
-
-
-def _mark_code_points() -> Iterator[int]:
-    for start, stop in ((0, 0x20000), (0xE0000, 0xE1000)):
-        for code in range(start, stop):
-            char = chr(code)
-            if unicodedata.category(char)[0] == "M" and not _CJK_RUN.fullmatch(char):
-                yield code
-
 
 _MARKS = "".join(re.escape(chr(c)) for c in _mark_code_points())
 REFERENCE_CHAR = rf"(?:[^\W_{CJK}]|[{_MARKS}])"
