@@ -148,6 +148,10 @@ class Settings:
     embedding and the vector projection): shorter than the fold's, whose flush has a
     fixed cost (ClickHouse writes, state saves), since each of these hops adds its
     window to the time from publish to recallable."""
+    fetch_wait_ms: int = 100
+    """How long the worker's fetches wait for data (``streams.app.FETCH_MAX_WAIT_MS``):
+    on the embedded broker, which answers a waiting fetch only when the wait ends,
+    each hop of the pipeline waits up to this long."""
     state_save_every: int = 10
     """Flushes an agent's saved state may lag its live one (``streams.pipeline``'s
     ``STATE_SAVE_EVERY``; 1 saves every touched agent at every flush)."""
@@ -194,6 +198,7 @@ class Settings:
             batch_size=_int(env, "ENGRAM_BATCH_SIZE", 1000),
             flush_interval_s=_float(env, "ENGRAM_FLUSH_INTERVAL_S", 0.2),
             relay_interval_s=_float(env, "ENGRAM_RELAY_INTERVAL_S", 0.1),
+            fetch_wait_ms=_int(env, "ENGRAM_FETCH_WAIT_MS", 100),
             state_save_every=_int(env, "ENGRAM_STATE_SAVE_EVERY", 10),
             log_level=_log_level(env),
             tick_interval_s=_tick_interval(env),

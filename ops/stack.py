@@ -125,6 +125,7 @@ def build_worker_app(
         partitions=settings.partitions,
         session_timeout_s=session_timeout,
         rebalance_timeout_s=rebalance_timeout,
+        fetch_max_wait_ms=settings.fetch_wait_ms,
         datadir=settings.home / "faust",
     )
     topics = create_topics(

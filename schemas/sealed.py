@@ -70,6 +70,59 @@ log = logging.getLogger("engram.sealed")
 OVERHEAD = 1024
 """Bytes a sealed event may exceed the codec's size limit by (envelope, nonce, tag)."""
 
+HANDOFFS = 8192
+"""How many recently sealed or opened events this process remembers by their sealed
+bytes (:class:`Handoffs`)."""
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    event: Event
+    subject: str
+    key_id: str
+    key: bytes
+    inner_size: int
+
+
+class Handoffs:
+    """The events this process sealed (from the bytes they were decoded from) or
+    opened lately, by their sealed bytes, so that opening them again in this process
+    skips the decryption and the decoding: the ingest hop seals what the fold opens, and
+    the embedding and the vector projection both open each new memory.
+
+    Exact by construction: equal sealed bytes hold the same nonce, ciphertext and
+    envelope, so under the same key they open to the same inner bytes, which decode to
+    the same event. A remembered event is given only when the opener's keyring holds
+    that very key (a destroyed or unknown key takes the full road, which raises as it
+    must) and the opener's size limits pass it. Bounded (``capacity``: the oldest is
+    forgotten first); thread-safe."""
+
+    def __init__(self, capacity: int = HANDOFFS) -> None:
+        self.capacity = capacity
+        self._events: dict[bytes, _Handoff] = {}
+        self._lock = threading.Lock()
+
+    def put(self, raw: bytes, handoff: _Handoff) -> None:
+        with self._lock:
+            events = self._events
+            events[raw] = handoff
+            if len(events) > self.capacity:
+                del events[next(iter(events))]
+
+    def get(self, raw: bytes) -> _Handoff | None:
+        return self._events.get(raw)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._events.clear()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+RECENT = Handoffs()
+"""This process's :class:`Handoffs`, shared by every :class:`Sealer`."""
+
 
 class Nonces:
     """Random 12-byte AES-GCM nonces, read from the operating system ``batch`` at a
@@ -179,6 +232,7 @@ class Sealer:
         """The sealed bytes of ``event`` under its subject's current data key.
         ``inner``: the event's Avro single-object bytes when the caller has them (the
         bytes it was decoded from, whatever writer schema), to save encoding it again."""
+        given = inner is not None
         if inner is None:
             inner = self.codec.encode(event)
         subject = subject_of(event)
@@ -199,7 +253,10 @@ class Sealer:
             "nonce": nonce,
             "ciphertext": AESGCM(key).encrypt(nonce, inner, aad),
         }
-        return write_single_object(SEALED_HEADER, _PARSED, record)
+        raw = write_single_object(SEALED_HEADER, _PARSED, record)
+        if given:  # the event was decoded from ``inner``: opening ``raw`` gives it back
+            RECENT.put(raw, _Handoff(event, subject, key_id, key, len(inner)))
+        return raw
 
     def envelope(self, raw: bytes) -> SealedEnvelope:
         """The clear envelope of sealed bytes; BadEvent if they are not well formed."""
@@ -207,6 +264,14 @@ class Sealer:
 
     def open(self, raw: bytes) -> Event:
         """The event inside ``raw`` (see the module's contract)."""
+        handoff = RECENT.get(raw)
+        if (
+            handoff is not None
+            and handoff.inner_size <= self.codec.max_bytes
+            and len(raw) <= self.codec.max_bytes + OVERHEAD
+            and self.keyring.find(handoff.subject, handoff.key_id) == handoff.key
+        ):
+            return handoff.event
         record = self._record(raw)
         envelope = _envelope(record)
         key = self.keyring.find(envelope.subject, envelope.key_id)
@@ -228,6 +293,7 @@ class Sealer:
         event = self.codec.decode(inner)
         if _envelope_of(event, envelope.subject, envelope.key_id) != envelope:
             raise BadEvent(f"sealed {envelope.type} does not match its clear envelope", raw)
+        RECENT.put(raw, _Handoff(event, envelope.subject, envelope.key_id, key, len(inner)))
         return event
 
     def _record(self, raw: bytes) -> dict[str, Any]:

@@ -22,8 +22,10 @@ import schemas
 from schemas import BadEvent, Codec, Event, InteractionRecorded
 from schemas.avro import AVSC_DIR, MAGIC, fingerprint
 from schemas.sealed import (
+    RECENT,
     SEALED_HEADER,
     SEALED_SCHEMA,
+    Handoffs,
     Nonces,
     Sealer,
     Shredded,
@@ -244,3 +246,67 @@ def test_a_forked_child_does_not_reuse_the_parents_nonces() -> None:
     os.waitpid(pid, 0)
     assert len(child) == 12
     assert child != nonces()
+
+
+# -- handoffs: what this process sealed or opened opens again without decrypting ----
+
+
+@SEALING
+@given(data=st.data(), kind=st.sampled_from(schemas.ALL_TYPES))
+def test_a_handed_off_event_is_the_one_the_full_road_opens(
+    data: st.DataObject, kind: type[Event]
+) -> None:
+    codec = Codec()
+    event = codec.decode(codec.encode(data.draw(model_strategy(kind))))  # as the ingest hop
+    keys = book(subject_of(event))
+    sealer = Sealer(codec, keys)
+    RECENT.clear()
+    raw = sealer.seal(event, codec.encode(event))
+    assert RECENT.get(raw) is not None
+    handed = Sealer(Codec(), keys).open(raw)  # another sealer of this process
+    assert handed is event
+    RECENT.clear()
+    opened = Sealer(Codec(), keys).open(raw)  # the full road: decrypt, decode
+    assert opened == handed and opened is not event
+    assert Sealer(Codec(), keys).open(raw) is opened  # remembered at that open
+
+
+def test_a_seal_without_the_source_bytes_is_not_handed_off() -> None:
+    # the event may differ from what its own encoding decodes to (a JSON source):
+    # only an open remembers it
+    sealer = Sealer(Codec(), book("mei"))
+    RECENT.clear()
+    raw = sealer.seal(said())
+    assert RECENT.get(raw) is None
+    assert sealer.open(raw) == said() and RECENT.get(raw) is not None
+
+
+def test_a_handoff_still_needs_the_key_and_the_size_limit() -> None:
+    keys = book("mei")
+    codec = Codec()
+    event = said()
+    raw = Sealer(codec, keys).seal(event, codec.encode(event))
+    assert RECENT.get(raw) is not None
+    with pytest.raises(UnknownKey):  # a keyring that does not hold the key
+        Sealer(Codec(), book("mei")).open(raw)
+    with pytest.raises(BadEvent, match="over the limit"):  # a smaller size limit
+        Sealer(Codec(max_bytes=64), keys).open(raw)
+    for key_id in keys.live("mei"):
+        keys.keys["mei"][key_id] = None
+    with pytest.raises(Shredded):  # destroyed after it was sealed
+        Sealer(Codec(), keys).open(raw)
+
+
+def test_handoffs_forget_the_oldest_beyond_their_capacity() -> None:
+    handoffs = Handoffs(capacity=3)
+    sealer = Sealer(Codec(), book("mei"))
+    raws = [sealer.seal(said(i=i)) for i in range(5)]
+    for raw in raws:
+        handoffs.put(raw, RECENT.get(raw) or _remembered(sealer, raw))
+    assert len(handoffs) == 3
+    assert [handoffs.get(raw) is not None for raw in raws] == [False, False, True, True, True]
+
+
+def _remembered(sealer: Sealer, raw: bytes) -> Any:
+    sealer.open(raw)
+    return RECENT.get(raw)
