@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -99,7 +100,8 @@ class Handoffs:
 
     def __init__(self, capacity: int = HANDOFFS) -> None:
         self.capacity = capacity
-        self._events: dict[bytes, _Handoff] = {}
+        # popping the oldest of a plain dict scans its deleted slots: O(n) each time
+        self._events: OrderedDict[bytes, _Handoff] = OrderedDict()
         self._lock = threading.Lock()
 
     def put(self, raw: bytes, handoff: _Handoff) -> None:
@@ -107,7 +109,7 @@ class Handoffs:
             events = self._events
             events[raw] = handoff
             if len(events) > self.capacity:
-                del events[next(iter(events))]
+                events.popitem(last=False)
 
     def get(self, raw: bytes) -> _Handoff | None:
         return self._events.get(raw)
@@ -435,7 +437,8 @@ class SealingCodec(Codec):
         for raw in raws:
             if raw is None or not is_sealed(raw):
                 continue
-            key = _sealed_key(raw)
+            handoff = RECENT.get(raw)  # its envelope's subject and key id, already read
+            key = (handoff.subject, handoff.key_id) if handoff is not None else _sealed_key(raw)
             if key is None:
                 continue  # not well formed: open() dead-letters it
             subject, key_id = key

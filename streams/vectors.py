@@ -279,6 +279,20 @@ def decode_all(
     return out
 
 
+def of_types(
+    codec: Codec, raws: Iterable[bytes | None], types: frozenset[str]
+) -> list[bytes | None]:
+    """The values among ``raws`` whose type, read from the header alone, is one of
+    ``types``, and those whose header does not say (:func:`decode_all` logs them if
+    they do not decode): a batch's other records need neither a key nor decoding."""
+    out: list[bytes | None] = []
+    for value in raws:
+        kind = _kind(codec, value or b"")
+        if kind is None or kind in types:
+            out.append(value)
+    return out
+
+
 def _kind(codec: Codec, raw: bytes) -> str | None:
     if isinstance(codec, SealingCodec):
         return codec.kind(raw)
@@ -326,8 +340,10 @@ def register_vectors(
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
 
-    async def covered(batch: Sequence[Any]) -> list[bytes | None]:
-        raws = values(batch)
+    async def covered(batch: Sequence[Any], types: frozenset[str]) -> list[bytes | None]:
+        """The values of ``batch`` that may be of ``types`` (see :func:`of_types`), their
+        keys covered."""
+        raws = of_types(codec, values(batch), types)
         if keys is not None and isinstance(codec, SealingCodec):
             await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
         return raws
@@ -342,7 +358,7 @@ def register_vectors(
             todo = fresh(messages) if starts else messages
             created = [
                 e
-                for e in decode_all(codec, await covered(todo), CREATED)
+                for e in decode_all(codec, await covered(todo, CREATED))
                 if isinstance(e, MemoryCreated)
             ]
             if not created:
@@ -377,8 +393,8 @@ def register_vectors(
         embedding.forget()
 
     async def apply(messages: list[Any]) -> None:
-        raws = await covered(fresh(messages) if starts else messages)
-        events = decode_all(codec, raws, VECTOR_TYPES)
+        raws = await covered(fresh(messages) if starts else messages, VECTOR_TYPES)
+        events = decode_all(codec, raws)
         ops = operations(events, embedder.name)
         if not ops:
             return
