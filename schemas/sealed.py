@@ -75,6 +75,10 @@ HANDOFFS = 8192
 """How many recently sealed or opened events this process remembers by their sealed
 bytes (:class:`Handoffs`)."""
 
+HANDOFF_BYTES = 32 * 1024 * 1024
+"""How many sealed bytes those may add up to (the events they hold are about as large):
+a run of large tool results does not hold gigabytes."""
+
 
 @dataclass(frozen=True)
 class _Handoff:
@@ -96,20 +100,26 @@ class Handoffs:
     the same event. A remembered event is given only when the opener's keyring holds
     that very key (a destroyed or unknown key takes the full road, which raises as it
     must) and the opener's size limits pass it. Bounded (``capacity``: the oldest is
-    forgotten first); thread-safe."""
+    forgotten first, beyond ``capacity`` events or ``max_bytes`` sealed bytes);
+    thread-safe."""
 
-    def __init__(self, capacity: int = HANDOFFS) -> None:
+    def __init__(self, capacity: int = HANDOFFS, max_bytes: int = HANDOFF_BYTES) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
         # popping the oldest of a plain dict scans its deleted slots: O(n) each time
         self._events: OrderedDict[bytes, _Handoff] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def put(self, raw: bytes, handoff: _Handoff) -> None:
         with self._lock:
             events = self._events
+            if raw not in events:
+                self._bytes += len(raw)
             events[raw] = handoff
-            if len(events) > self.capacity:
-                events.popitem(last=False)
+            while len(events) > self.capacity or self._bytes > self.max_bytes:
+                oldest, _ = events.popitem(last=False)
+                self._bytes -= len(oldest)
 
     def get(self, raw: bytes) -> _Handoff | None:
         return self._events.get(raw)
@@ -117,6 +127,12 @@ class Handoffs:
     def clear(self) -> None:
         with self._lock:
             self._events.clear()
+            self._bytes = 0
+
+    @property
+    def size(self) -> int:
+        """The sealed bytes remembered."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._events)

@@ -305,6 +305,12 @@ def test_handoffs_forget_the_oldest_beyond_their_capacity() -> None:
         handoffs.put(raw, RECENT.get(raw) or _remembered(sealer, raw))
     assert len(handoffs) == 3
     assert [handoffs.get(raw) is not None for raw in raws] == [False, False, True, True, True]
+    assert handoffs.size == sum(len(raw) for raw in raws[2:])
+    by_bytes = Handoffs(capacity=100, max_bytes=2 * len(raws[0]))
+    for raw in raws:
+        by_bytes.put(raw, _remembered(sealer, raw))
+    assert len(by_bytes) == 2 and by_bytes.size <= 2 * len(raws[0])
+    assert by_bytes.get(raws[-1]) is not None and by_bytes.get(raws[0]) is None
 
 
 def _remembered(sealer: Sealer, raw: bytes) -> Any:
