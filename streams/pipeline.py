@@ -71,7 +71,13 @@ from schemas import (
 )
 from schemas.letters import keep_sealed
 from schemas.sealed import SealedEnvelope, SealingCodec
-from sinks.clickhouse import ArchivedEvent, Checkpoint, ClickHouseHistory, SequencedEvent
+from sinks.clickhouse import (
+    CHECKPOINT_EVERY,
+    ArchivedEvent,
+    Checkpoint,
+    ClickHouseHistory,
+    SequencedEvent,
+)
 from streams import faults
 from streams.app import Topics
 from streams.logwriter import LogWriter, Record
@@ -140,8 +146,9 @@ saving every touched agent at every flush costs in proportion to the states' siz
 not to the events folded: at 100 000 events of 100 agents a state was ~230 KB and 2 ms
 to serialise, and a flush of 1 000 events saved 23 MB. Each agent is saved at one
 flush in ``STATE_SAVE_EVERY`` instead (its slot: a hash of its id), and at once when it
-is new or folded an erasure, a rollback or a fork, and at every drain (a stop, a
-revocation), and once the fold has been quiet for :data:`SETTLE_S`.
+is new or folded an erasure, a rollback or a fork, or when its sequence enters a new
+stretch of ``CHECKPOINT_EVERY`` (the checkpoints a replay as of T starts from), and at
+every drain (a stop, a revocation), and once the fold has been quiet for :data:`SETTLE_S`.
 While an agent is unsaved, the mark of its partition stays before its first unsaved
 event, so a worker that crashes reads that partition again from there, and each agent
 passes over what its saved state holds already (see :class:`Folder`)."""
@@ -206,7 +213,13 @@ class Folder:
     """
 
     def __init__(
-        self, table: StateTable, codec: Codec, config: MemoryConfig, *, save_every: int = 1
+        self,
+        table: StateTable,
+        codec: Codec,
+        config: MemoryConfig,
+        *,
+        save_every: int = 1,
+        checkpoint_every: int = CHECKPOINT_EVERY,
     ) -> None:
         if save_every < 1:
             raise ValueError("save_every must be 1 or more")
@@ -214,6 +227,8 @@ class Folder:
         self.codec = codec
         self.config = config
         self.save_every = save_every
+        self.checkpoint_every = checkpoint_every
+        self.saved_seq: dict[str, int] = {}  # per agent: its sequence at its last save
         self.live: dict[str, LiveAgent] = {}
         self.homes: dict[int, set[str]] | None = None
         self.next: dict[int, int] = {}  # per partition: the offset to fold next
@@ -440,6 +455,7 @@ class Folder:
             self.table.data[key] = value
             records.append(Record(key, value, partition=partition))
             checkpoints.append(Checkpoint(agent_id, live.memory.seq, value))
+            self.saved_seq[agent_id] = live.memory.seq
             self.unsaved.pop(agent_id, None)
             self.urgent.discard(agent_id)
         for partition, offset in sorted(self.marks().items()):
@@ -455,7 +471,18 @@ class Folder:
             return True
         if agent_id.encode() not in self.table.data:
             return True  # a new agent's first state: small, and soon known to a restart
+        if self._new_stretch(agent_id):
+            return True  # the history keeps it: a replay as of a moment starts from it
         return (zlib.crc32(agent_id.encode()) + self.closes) % self.save_every == 0
+
+    def _new_stretch(self, agent_id: str) -> bool:
+        """Whether the agent's sequence entered a new stretch of ``checkpoint_every``
+        since its last save (one this worker made: after a restart, from the first
+        close on), so that the history keeps about one checkpoint per stretch
+        (:meth:`~sinks.clickhouse.ClickHouseHistory.write`) whatever ``save_every``."""
+        seq = self.live[agent_id].memory.seq
+        last = self.saved_seq.setdefault(agent_id, seq)
+        return seq // self.checkpoint_every > last // self.checkpoint_every
 
     def marks(self) -> dict[int, int]:
         """The marks that moved: per partition, the last offset processed, held before
@@ -783,7 +810,13 @@ def register(
             topics.dead_letters.get_topic_name(),
             table.changelog_topic.get_topic_name(),
         )
-        folder = Folder(table, raw_only, config, save_every=save_every)
+        folder = Folder(
+            table,
+            raw_only,
+            config,
+            save_every=save_every,
+            checkpoint_every=history.checkpoint_every,
+        )
         folder.read_past = past_reader(history, raw_only, keys)
         flusher = Flusher(folder, sinks, app.consumer, max_pending, summariser)
         flushers[:] = [flusher]

@@ -196,6 +196,25 @@ def test_each_unsaved_agent_is_saved_within_save_every_closes() -> None:
     assert table.data[mark_key(0)] == str(2 * len(agents) - 1).encode()
 
 
+def test_an_agent_entering_a_new_stretch_of_sequence_numbers_is_saved_at_that_close() -> None:
+    # the history keeps one checkpoint per stretch: a replay as of T starts from the last
+    # one before T, so a state saved only every save_every closes would space them out
+    table = Table()
+    fold = Folder(
+        cast("faust.Table[bytes, bytes]", table),
+        CODEC,
+        MemoryConfig(),
+        save_every=1000,
+        checkpoint_every=4,
+    )
+    saved_at: list[int] = []
+    for offset in range(14):  # one event per close; seq 0..13
+        _, checkpoints = fold.state_records(fold.fold(batch(item(0, offset, "x"))).touched)
+        saved_at += [c.seq for c in checkpoints]
+    assert saved_at == [0, 4, 8, 12]  # new, then each first close in a new stretch
+    assert fold.saved_seq["x"] == 12 and set(fold.unsaved) == {"x"}
+
+
 def test_an_erasure_saves_its_agent_at_the_next_close() -> None:
     table = Table()
     fold = deferring(table, save_every=1000)
