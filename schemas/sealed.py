@@ -99,9 +99,8 @@ class Handoffs:
     envelope, so under the same key they open to the same inner bytes, which decode to
     the same event. A remembered event is given only when the opener's keyring holds
     that very key (a destroyed or unknown key takes the full road, which raises as it
-    must) and the opener's size limits pass it. Bounded (``capacity``: the oldest is
-    forgotten first, beyond ``capacity`` events or ``max_bytes`` sealed bytes);
-    thread-safe."""
+    must) and the opener's size limits pass it. Bounded: beyond ``capacity`` events or
+    ``max_bytes`` sealed bytes, the oldest is forgotten first. Thread-safe."""
 
     def __init__(self, capacity: int = HANDOFFS, max_bytes: int = HANDOFF_BYTES) -> None:
         self.capacity = capacity

@@ -263,12 +263,8 @@ def decode_all(
     this is a bug, not user input). With a :class:`SealingCodec`, sealed events are
     opened (the caller covered their keys first) and shredded ones skipped."""
     out: list[DerivedEvent] = []
-    for value in values:
+    for value in values if types is None else of_types(codec, values, types):
         raw = value or b""
-        if types is not None:
-            kind = _kind(codec, raw)
-            if kind is not None and kind not in types:
-                continue
         try:
             event = codec.open(raw) if isinstance(codec, SealingCodec) else codec.decode(raw)
         except BadEvent as bad:
