@@ -302,7 +302,7 @@ def test_handoffs_forget_the_oldest_beyond_their_capacity() -> None:
     sealer = Sealer(Codec(), book("mei"))
     raws = [sealer.seal(said(i=i)) for i in range(5)]
     for raw in raws:
-        handoffs.put(raw, RECENT.get(raw) or _remembered(sealer, raw))
+        handoffs.put(raw, _remembered(sealer, raw))
     assert len(handoffs) == 3
     assert [handoffs.get(raw) is not None for raw in raws] == [False, False, True, True, True]
     assert handoffs.size == sum(len(raw) for raw in raws[2:])
