@@ -101,8 +101,8 @@ FROM (
                  type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
         maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
         maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
-        countIf(type = 'memory.reinforced') AS reinforcements,
-        countIf(type = 'memory.weakened') AS lapses,
+        uniqExactIf((seq, idx), type = 'memory.reinforced') AS reinforcements,
+        uniqExactIf((seq, idx), type = 'memory.weakened') AS lapses,
         maxIf(JSONExtractBool(body, 'invalidated'), type = 'memory.weakened') AS invalidated,
         countIf(type = 'memory.promoted') > 0 AS promoted,
         anyIf(JSONExtractString(body, 'ended_at'), type = 'episode.closed') AS ended_at,
@@ -129,7 +129,7 @@ SELECT type, seq, idx, session_id, user_id, body, source_event_id
 FROM (
     SELECT
         type, seq, idx, session_id, user_id, body, source_event_id,
-        row_number() OVER (
+        dense_rank() OVER (
             PARTITION BY type, multiIf(
                 type = 'fact.set',
                 concat(JSONExtractString(body, 'namespace'), char(0),
@@ -184,24 +184,27 @@ WITH
     changes AS (
         SELECT seq, idx, type, session_id, user_id, occurred_at, memory_id, body,
                source_event_id
-        FROM memory_changes FINAL
+        FROM memory_changes
         WHERE {_AS_OF}
     ),
     raw AS (
-        SELECT seq, type, occurred_at FROM events FINAL WHERE {_AS_OF}
+        SELECT seq, type, occurred_at FROM events WHERE {_AS_OF}
     )
-SELECT
-    (SELECT tuple(count(), max(seq), argMax(occurred_at, seq),
-                  groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
-     FROM raw) AS position,
-    (SELECT groupArray(tuple(*)) FROM ({_MEMORIES})) AS memories,
-    (SELECT groupArray(tuple(*)) FROM ({_LATEST})) AS latest,
-    (SELECT groupArray(tuple(*)) FROM ({_WORKING})) AS working"""
+SELECT position, memories, latest, working
+FROM (SELECT tuple(uniqExact(seq), max(seq), argMax(occurred_at, seq),
+                   groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
+          AS position
+      FROM raw) AS p
+CROSS JOIN (SELECT groupArray(tuple(*)) AS memories FROM ({_MEMORIES})) AS m
+CROSS JOIN (SELECT groupArray(tuple(*)) AS latest FROM ({_LATEST})) AS l
+CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w"""
 """The second road in one round trip: four parts over one agent's changes and
 archived events that occurred by T (``changes``, ``raw``) come back as the columns of
-one row. (Not ``AS MATERIALIZED``: chdb 26.9 loses rows when a materialised CTE has
-this many readers. No ``SETTINGS`` either: the read-only endpoint of ``engram up``
-refuses a query that changes one.)
+one row. Each part is a one-row subquery of a cross join, not a scalar subquery: the
+engine runs scalar subqueries one after another while it plans the query, the joined
+ones in one pipeline. (Not ``AS MATERIALIZED``: chdb 26.9 loses rows when a
+materialised CTE has this many readers. No ``SETTINGS`` either: the read-only endpoint
+of ``engram up`` refuses a query that changes one.)
 
 * ``position``: how many archived events occurred by T, the last one's sequence and
   time, and the sequence and type of those that were a ``session.started`` or a
@@ -212,7 +215,15 @@ refuses a query that changes one.)
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
 time of the event that made them, so for a log whose event times never go back these
 are exactly the changes of the log's prefix up to T: what the fold of that prefix (the
-first road, :func:`engram.snapshot.take_snapshot`) holds."""
+first road, :func:`engram.snapshot.take_snapshot`) holds.
+
+No ``FINAL``: it costs a third of the query on chdb (the merge of every part, planned
+four times). A key (agent, sequence, index) may then come more than once, from a
+flush written again after a failure (the same row) or from an erasure's rewrite before
+the old row is deleted (a crash in between; the redo deletes it): the parts count
+distinct keys (``uniqExact``, ``uniqExactIf``), rank duplicates alike (``dense_rank``),
+and :func:`_unique` keeps one row per key (the greatest, so the choice is
+deterministic)."""
 
 EPISODES_SQL = f"""
 SELECT seq, session_id, user_id, body
@@ -282,13 +293,14 @@ def history_snapshot(
     for item in items:
         counts[item.layer] += 1
     latest: dict[str, list[tuple[Any, ...]]] = {}
-    for row in latest_rows:
+    for row in _unique(latest_rows, width=3):  # by (type, seq, idx)
         latest.setdefault(row[0], []).append(tuple(row[1:]))
     facts = (fact_of(body, at) for *_, body, _ in latest.get("fact.set", []))
     skills = (SkillRecord.model_validate_json(row[4]) for row in latest.get("skill.updated", []))
     closed = sorted(latest.get("episode.closed", []), reverse=True)
     persona = latest.get("persona.versioned")
-    sessions = sessions_from_deltas(_deltas(working_rows, opening), config.working_turns)
+    deltas = _deltas(_unique(working_rows, width=2), opening)  # by (seq, idx)
+    sessions = sessions_from_deltas(deltas, config.working_turns)
     return Snapshot(
         agent_id=agent_id,
         user_id=user_id,
@@ -359,7 +371,7 @@ def _memory_of(row: Sequence[Any], at: datetime, config: MemoryConfig) -> Snapsh
         params=config.forgetting,
     )
     promoted = bool(promoted) or body.layer == "L3"
-    return SnapshotMemory.model_construct(  # every value is typed already
+    return SnapshotMemory(  # validating in pydantic-core costs half of model_construct
         memory_id=memory_id,
         layer="L3" if promoted else body.layer,
         kind=body.kind,
@@ -518,6 +530,23 @@ def _deltas(
         if after_reset or not blank or source:
             out.append((seq, idx, session_id, occurred_at, body, source))
     return sorted(out, key=lambda row: (row[0], row[1]))
+
+
+def _unique(rows: Iterable[Sequence[Any]], width: int) -> list[tuple[Any, ...]]:
+    """One row per key, the key being a row's first ``width`` values: the greatest row
+    of those that share it (rows are tuples of comparable values), in no order."""
+    kept: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows:
+        key, value = tuple(row[:width]), tuple(row)
+        known = kept.get(key)
+        if known is None or _order(value) > _order(known):
+            kept[key] = value
+    return list(kept.values())
+
+
+def _order(row: tuple[Any, ...]) -> tuple[str, ...]:
+    """A total order over rows whose values may be None or of mixed types."""
+    return tuple("" if value is None else str(value) for value in row)
 
 
 def _rows(client: Client, query: str, parameters: dict[str, Any]) -> list[tuple[Any, ...]]:

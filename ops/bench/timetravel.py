@@ -15,6 +15,9 @@ ClickHouse-compatible HTTP endpoint), then through ``engram up``'s own API
 (``GET /v1/history``, ``GET /v1/snapshot?as_of=``, which read chdb in-process). The
 reference in the same run is a plain ``SELECT count() FROM events`` on the reader's
 client. The two roads' answers are checked against each other before they are timed.
+Timing starts once the stack has settled (every new memory embedded, so the worker's
+embedding and vector agents are idle) unless ``--no-settle``: a snapshot is then
+measured alone, not against the tail of the ingest.
 
 Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 """
@@ -22,6 +25,7 @@ Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import statistics
@@ -296,6 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--light", action="store_true", help="fewer long turns, no large tool results"
     )
+    parser.add_argument(
+        "--no-settle", action="store_true", help="time at once, while the worker still embeds"
+    )
     args = parser.parse_args(argv)
 
     agent_id = f"bench-tt-{uuid.uuid4().hex[:8]}"
@@ -313,6 +320,9 @@ def main(argv: list[str] | None = None) -> None:
         while stack.count(query) < len(events):
             time.sleep(0.5)
         print(f"published and folded in {time.perf_counter() - began:.1f} s")
+        if not args.no_settle:
+            settled = _settle(stack.up["kafka_bootstrap"])
+            print(f"settled (every memory embedded) {settled:.1f} s later")
         client = http_client(stack.up["http"])
         history = ClickHouseHistory(client)
         samples = moments(events, args.samples, args.seed)
@@ -350,6 +360,20 @@ def main(argv: list[str] | None = None) -> None:
         client.close()
     finally:
         stack.stop()
+
+
+def _settle(bootstrap: str, timeout: float = 600.0) -> float:
+    """Seconds until every ``memory.created`` on ``engram.memory`` has its
+    ``memory.embedded``; raises SystemExit after ``timeout``."""
+    from ops.topics import topic_kinds
+
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        kinds = asyncio.run(topic_kinds(bootstrap, "engram.memory"))
+        if kinds["memory.created"] == kinds["memory.embedded"] > 0:
+            return time.monotonic() - began
+        time.sleep(1.0)
+    raise SystemExit(f"the worker did not embed every memory within {timeout:.0f} s")
 
 
 def _get(api: httpx.Client, path: str, params: dict[str, str]) -> None:

@@ -317,3 +317,35 @@ def test_both_roads_agree_under_other_parameters(engine: Client, name: str) -> N
         assert replayed.config_version == config.version
         faded += any(m.retention < 0.9 for m in replayed.memory_items)
     assert faded
+
+
+def test_a_flush_written_twice_changes_no_answer(engine: Client) -> None:
+    """The second road reads without ``FINAL``: rows written again by a retried flush
+    (same keys, same bodies), still unmerged, must not count twice."""
+    agent_id = f"tt-twice-{uuid.uuid4().hex[:6]}"
+    events = history_of(agent_id, days=12, seed=11)
+    history = ClickHouseHistory(engine)
+    config = MemoryConfig()
+    engine.command("SYSTEM STOP MERGES memory_changes")
+    engine.command("SYSTEM STOP MERGES events")
+    try:
+        fold_into(history, events, config)
+        moments_at = moments(events, 12, seed=3)
+        once = [history_snapshot(engine, agent_id, as_of=at, config=config) for at in moments_at]
+        fold_into(history, events, config)  # the same rows again
+        where = {"a": agent_id}
+        rows = "SELECT count() FROM memory_changes WHERE agent_id = {a:String}"
+        distinct = "SELECT count() FROM memory_changes FINAL WHERE agent_id = {a:String}"
+        assert engine.query(rows, parameters=where).result_rows[0][0] == 2 * int(
+            engine.query(distinct, parameters=where).result_rows[0][0]
+        )
+        for at, before in zip(moments_at, once, strict=True):
+            after = history_snapshot(engine, agent_id, as_of=at, config=config)
+            replayed = take_snapshot(history, agent_id, as_of=at, config=config)
+            assert comparable(after) == comparable(before), differences(
+                comparable(after), comparable(before)
+            )
+            assert comparable(after) == comparable(replayed), at.isoformat()
+    finally:
+        engine.command("SYSTEM START MERGES memory_changes")
+        engine.command("SYSTEM START MERGES events")
