@@ -93,7 +93,16 @@ from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
 from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
 from streams.logwriter import LogWriter, Record
-from streams.vectors import Op, apply_operations, embedded_event, millis, operations
+from streams.vectors import (
+    VECTOR_TYPES,
+    Op,
+    apply_operations,
+    embedded_event,
+    kind_of,
+    millis,
+    of_types,
+    operations,
+)
 
 log = logging.getLogger("engram.rebuild")
 
@@ -577,10 +586,13 @@ class VectorProjection:
         """The store operations of ``values``, in log order, as :meth:`apply` makes
         them of :func:`decode_derived`'s events; a recorded vector (``memory.embedded``
         in plain current-schema Avro) is read without pydantic (:meth:`Codec.read_record`:
-        the embedding agent validated what it wrote), the rest takes the typed road."""
+        the embedding agent validated what it wrote), the others of the types the
+        projection acts on take the typed road, and the rest is skipped by its header
+        (working memory, episodes … : most of the log)."""
         ops: list[Op] = []
-        for value in values:
-            found = codec.read_record(value)
+        for value in of_types(codec, values, VECTOR_TYPES):  # the rest: no decoding
+            value = value or b""
+            found = codec.read_record(value) if kind_of(codec, value) == EMBEDDED else None
             if found is not None and found[0] is MemoryEmbedded:
                 body = found[1]["body"]
                 if body["model"] == self.model:
@@ -673,6 +685,8 @@ def coalesce(ops: list[Op]) -> list[Op]:
 
 # --------------------------------------------------------------------------- the run
 
+
+EMBEDDED = MemoryEmbedded.TYPE
 
 CAUGHT_UP = 2_000
 """Lag (records) below which a rebuild stops its open passes and swaps."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 import types
 from datetime import datetime
 from pathlib import Path
@@ -142,16 +143,96 @@ class WriterSchema:
     def __init__(self, schema: AvroSchema, reader: AvroType, *, same: bool = False) -> None:
         self.parsed = reader.parsed if same else fastavro.parse_schema(schema)
         self.reader = reader
+        self.tail = DoublesTail.of(schema) if same else None
 
     def read(self, body: bytes) -> dict[str, Any]:
+        if self.tail is not None:
+            return self.tail.read(body)
         reader = None if self.parsed is self.reader.parsed else self.reader.parsed
+        return _read_whole(body, self.parsed, reader)
+
+
+def _read_whole(body: bytes, parsed: Any, reader: Any = None) -> dict[str, Any]:
+    buffer = io.BytesIO(body)
+    record = fastavro.schemaless_reader(buffer, parsed, reader)
+    if not isinstance(record, dict):
+        raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
+    if buffer.tell() != len(body):  # one datum per message: the rest is not ours
+        raise ValueError(f"{len(body) - buffer.tell()} bytes after the end of the record")
+    return record
+
+
+class DoublesTail:
+    """Reads a record whose last field, nested through last record fields, is an
+    array of doubles (a recorded vector): fastavro reads everything before it with
+    the schema cut there, the array's blocks are unpacked whole. fastavro builds a
+    float per item in a loop (~50 µs for 512 of them); ``struct`` takes ~5 µs. The
+    result equals fastavro's read of the whole schema (a property test holds it)."""
+
+    def __init__(self, head: Any, path: tuple[str, ...]) -> None:
+        self.head = head
+        self.path = path
+
+    @classmethod
+    def of(cls, schema: AvroSchema) -> DoublesTail | None:
+        """The reader for ``schema``, or None when it does not end so."""
+        cut = json.loads(json.dumps(schema))
+        node, path = cut, []
+        while isinstance(node, dict) and node.get("type") == "record" and node.get("fields"):
+            last = node["fields"][-1]
+            path.append(last["name"])
+            kind = last["type"]
+            if kind == {"type": "array", "items": "double"}:
+                node["fields"] = node["fields"][:-1]
+                return cls(fastavro.parse_schema(cut), tuple(path))
+            node = kind
+        return None
+
+    def read(self, body: bytes) -> dict[str, Any]:
         buffer = io.BytesIO(body)
-        record = fastavro.schemaless_reader(buffer, self.parsed, reader)
+        record = fastavro.schemaless_reader(buffer, self.head, None)
         if not isinstance(record, dict):
             raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
-        if buffer.tell() != len(body):  # one datum per message: the rest is not ours
-            raise ValueError(f"{len(body) - buffer.tell()} bytes after the end of the record")
+        values, end = _doubles(body, buffer.tell())
+        if end != len(body):
+            raise ValueError(f"{len(body) - end} bytes after the end of the record")
+        node = record
+        for name in self.path[:-1]:
+            node = node[name]
+        node[self.path[-1]] = values
         return record
+
+
+def _doubles(data: bytes, at: int) -> tuple[list[float], int]:
+    """An Avro array of doubles at ``data[at:]``: its values and the offset after it.
+    Blocks: a zigzag count (0 ends; negative: a byte size follows), then the items."""
+    values: list[float] = []
+    while True:
+        count, at = _long(data, at)
+        if count == 0:
+            return values, at
+        if count < 0:
+            count = -count
+            _, at = _long(data, at)
+        end = at + 8 * count
+        if end > len(data):
+            raise ValueError("the array of doubles runs past the end of the record")
+        values += struct.unpack_from(f"<{count}d", data, at)
+        at = end
+
+
+def _long(data: bytes, at: int) -> tuple[int, int]:
+    """An Avro zigzag varint long at ``data[at:]`` and the offset after it."""
+    shift = result = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("a truncated or overlong varint")
+        byte = data[at]
+        at += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), at
+        shift += 7
 
 
 def load_writer_schemas(

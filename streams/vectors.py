@@ -283,13 +283,15 @@ def of_types(
     they do not decode): a batch's other records need neither a key nor decoding."""
     out: list[bytes | None] = []
     for value in raws:
-        kind = _kind(codec, value or b"")
+        kind = kind_of(codec, value or b"")
         if kind is None or kind in types:
             out.append(value)
     return out
 
 
-def _kind(codec: Codec, raw: bytes) -> str | None:
+def kind_of(codec: Codec, raw: bytes) -> str | None:
+    """The event type of ``raw`` read from its header alone (the Avro fingerprint or the
+    sealed envelope); None when the header does not say."""
     if isinstance(codec, SealingCodec):
         return codec.kind(raw)
     writer = codec.writers.get(raw[2:10])
