@@ -100,7 +100,6 @@ from streams.vectors import (
     embedded_event,
     kind_of,
     millis,
-    of_types,
     operations,
 )
 
@@ -590,9 +589,11 @@ class VectorProjection:
         projection acts on take the typed road, and the rest is skipped by its header
         (working memory, episodes … : most of the log)."""
         ops: list[Op] = []
-        for value in of_types(codec, values, VECTOR_TYPES):  # the rest: no decoding
-            value = value or b""
-            found = codec.read_record(value) if kind_of(codec, value) == EMBEDDED else None
+        for value in values:
+            kind = kind_of(codec, value)
+            if kind is not None and kind not in VECTOR_TYPES:
+                continue  # read from the header alone: no decoding
+            found = codec.read_record(value) if kind == EMBEDDED else None
             if found is not None and found[0] is MemoryEmbedded:
                 body = found[1]["body"]
                 if body["model"] == self.model:

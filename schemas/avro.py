@@ -153,12 +153,23 @@ class WriterSchema:
 
 
 def _read_whole(body: bytes, parsed: Any, reader: Any = None) -> dict[str, Any]:
+    record, end = _read_head(body, parsed, reader)
+    return _ended(record, body, end)
+
+
+def _read_head(body: bytes, parsed: Any, reader: Any = None) -> tuple[dict[str, Any], int]:
+    """The record fastavro reads at the start of ``body`` and the offset after it."""
     buffer = io.BytesIO(body)
     record = fastavro.schemaless_reader(buffer, parsed, reader)
     if not isinstance(record, dict):
         raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
-    if buffer.tell() != len(body):  # one datum per message: the rest is not ours
-        raise ValueError(f"{len(body) - buffer.tell()} bytes after the end of the record")
+    return record, buffer.tell()
+
+
+def _ended(record: dict[str, Any], body: bytes, end: int) -> dict[str, Any]:
+    """``record`` if it ends ``body``: one datum per message, the rest is not ours."""
+    if end != len(body):
+        raise ValueError(f"{len(body) - end} bytes after the end of the record")
     return record
 
 
@@ -189,18 +200,13 @@ class DoublesTail:
         return None
 
     def read(self, body: bytes) -> dict[str, Any]:
-        buffer = io.BytesIO(body)
-        record = fastavro.schemaless_reader(buffer, self.head, None)
-        if not isinstance(record, dict):
-            raise TypeError(f"Avro body decoded to {type(record).__name__}, not a record")
-        values, end = _doubles(body, buffer.tell())
-        if end != len(body):
-            raise ValueError(f"{len(body) - end} bytes after the end of the record")
+        record, start = _read_head(body, self.head)
+        values, end = _doubles(body, start)
         node = record
         for name in self.path[:-1]:
             node = node[name]
         node[self.path[-1]] = values
-        return record
+        return _ended(record, body, end)
 
 
 def _doubles(data: bytes, at: int) -> tuple[list[float], int]:
