@@ -3,10 +3,12 @@ and reading peak memory from /proc."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 from engram.history import http_client
 from ops.launch import launch, stop
 from ops.net import free_port
+from ops.topics import topic_kinds
 
 
 def machine() -> str:
@@ -75,3 +78,20 @@ def start_stack(home: Path | None = None, timeout: float = 120.0, **env: str) ->
     environ.update({"ENGRAM_HOME": str(home), "ENGRAM_HTTP": f"127.0.0.1:{free_port()}", **env})
     process, up = launch(home, environ, timeout)
     return BenchStack(home, process, up)
+
+
+async def embedded_all(bootstrap: str, topic: str) -> bool:
+    """Whether every ``memory.created`` on ``topic`` has its ``memory.embedded``."""
+    kinds = await topic_kinds(bootstrap, topic)
+    return kinds["memory.created"] == kinds["memory.embedded"] > 0
+
+
+def wait_embedded(bootstrap: str, timeout: float = 600.0) -> float:
+    """Seconds until :func:`embedded_all` holds for ``engram.memory`` (the worker's
+    embedding and vector agents are then idle); SystemExit after ``timeout``."""
+    began = time.monotonic()
+    while not asyncio.run(embedded_all(bootstrap, "engram.memory")):
+        if time.monotonic() - began > timeout:
+            raise SystemExit(f"the worker did not embed every memory within {timeout:.0f} s")
+        time.sleep(1.0)
+    return time.monotonic() - began

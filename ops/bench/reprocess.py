@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
-from ops.bench.common import machine, start_stack
+from ops.bench.common import machine, start_stack, wait_embedded
 from ops.bench.timetravel import history_of
-from ops.topics import read_to_end, topic_kinds
+from ops.topics import read_to_end
 from processors import MemoryConfig
 from schemas import Event
 
@@ -52,12 +52,6 @@ async def consume_rate(bootstrap: str, topic: str, n: int) -> float:
     return read / (time.perf_counter() - started)
 
 
-async def embedded_all(bootstrap: str, topic: str) -> bool:
-    """Whether every ``memory.created`` on ``topic`` has its ``memory.embedded``."""
-    kinds = await topic_kinds(bootstrap, topic)
-    return kinds["memory.created"] == kinds["memory.embedded"] > 0
-
-
 def wait_folded(stack: Any, count: int, timeout: float) -> float:
     """Seconds until the archive holds ``count`` events."""
     started = time.monotonic()
@@ -84,8 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         with Memory(bootstrap=bootstrap) as memory:
             memory.publish_many(events)
         folded_s = time.monotonic() - started + wait_folded(stack, len(events), 1800)
-        while not asyncio.run(embedded_all(bootstrap, "engram.memory")):
-            time.sleep(1.0)  # the live vectors first: the reprocess reuses them
+        wait_embedded(bootstrap)  # the live vectors first: the reprocess reuses them
         consumed = asyncio.run(consume_rate(bootstrap, "engram.events", len(events)))
 
         body = {"config": NEW.model_dump(mode="json")}

@@ -25,7 +25,6 @@ Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import random
 import statistics
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     from engram.settings import Settings
     from engram.snapshot import take_snapshot
     from engram.transfer import archive_opener
-    from ops.bench.common import machine, start_stack
+    from ops.bench.common import machine, start_stack, wait_embedded
     from sinks.clickhouse import ClickHouseHistory
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -321,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
             time.sleep(0.5)
         print(f"published and folded in {time.perf_counter() - began:.1f} s")
         if not args.no_settle:
-            settled = _settle(stack.up["kafka_bootstrap"])
+            settled = wait_embedded(stack.up["kafka_bootstrap"])
             print(f"settled (every memory embedded) {settled:.1f} s later")
         client = http_client(stack.up["http"])
         history = ClickHouseHistory(client)
@@ -360,20 +359,6 @@ def main(argv: list[str] | None = None) -> None:
         client.close()
     finally:
         stack.stop()
-
-
-def _settle(bootstrap: str, timeout: float = 600.0) -> float:
-    """Seconds until every ``memory.created`` on ``engram.memory`` has its
-    ``memory.embedded``; raises SystemExit after ``timeout``."""
-    from ops.topics import topic_kinds
-
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        kinds = asyncio.run(topic_kinds(bootstrap, "engram.memory"))
-        if kinds["memory.created"] == kinds["memory.embedded"] > 0:
-            return time.monotonic() - began
-        time.sleep(1.0)
-    raise SystemExit(f"the worker did not embed every memory within {timeout:.0f} s")
 
 
 def _get(api: httpx.Client, path: str, params: dict[str, str]) -> None:
