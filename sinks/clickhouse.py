@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -53,7 +54,15 @@ from pydantic_core import to_json
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import INSERT_SETTINGS, agent_waves, purge, purge_rebuilt
+from sinks.clickhouse_erasure import (
+    INSERT_SETTINGS,
+    agent_waves,
+    exclusion_ddl,
+    kept_rows,
+    purge,
+    purge_rebuilt,
+)
+from sinks.transcode import SOURCE, Transcoder, literal
 
 T = TypeVar("T")
 
@@ -443,6 +452,11 @@ def version_table(version: int, table: str = CHANGES) -> str:
     return f"{table}_v{version}"
 
 
+def _transient(version: int, table: str, role: str) -> str:
+    """``{table}_v{n}_{role}``: a table a rebuild of version ``n`` uses for a while."""
+    return f"{version_table(version, table)}_{role}"
+
+
 def version_comment(version: int) -> str:
     return f"engram version {version}"
 
@@ -669,12 +683,50 @@ class ClickHouseHistory:
             self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
         return receipts
 
-    def purge_rebuilt(self, table: str, erasures: Sequence[SubjectErased]) -> int:
+    def purge_rebuilt(
+        self, table: str, erasures: Sequence[SubjectErased], excluded: str | None = None
+    ) -> int:
         """Rebuild-only: purge ``erasures`` from ``table`` alone, a version being rebuilt
         from the log (:func:`sinks.clickhouse_erasure.purge_rebuilt`: no other table, no
         counts, no receipt; the live purge did those when the erasures were folded).
-        Returns the number of waves it took. Idempotent."""
-        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS)
+        With ``excluded`` (:meth:`exclusions`), the purged rows are named there rather
+        than deleted, until :meth:`keep_unexcluded`. Returns the number of waves it
+        took. Idempotent."""
+        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS, excluded)
+
+    def exclusions(self, version: int, table: str = CHANGES) -> str:
+        """The (new or existing) table naming the rows of ``{table}_v{n}`` its rebuild's
+        purges exclude; returns its name. It goes with :meth:`keep_unexcluded`, or with
+        :meth:`drop_version`, or with :meth:`clean_versions` after a crash."""
+        excluded = _transient(version, table, "excluded")
+        self.client.command(exclusion_ddl(excluded))
+        return excluded
+
+    def keep_unexcluded(self, version: int, table: str = CHANGES) -> None:
+        """Leave in ``{table}_v{n}`` only the rows its exclusions do not name (a copy
+        without them, exchanged with it in one ``EXCHANGE TABLES``), then drop the
+        exclusions. No copy when nothing is excluded. Interrupted, it leaves the version
+        as it was or as it is meant to be, and leftovers :meth:`clean_versions` drops."""
+        built = version_table(version, table)
+        excluded, kept = _transient(version, table, "excluded"), _transient(version, table, "kept")
+        if self._exists(excluded) and self._count(excluded):
+            self.client.command(f"DROP TABLE IF EXISTS {kept} SYNC")
+            self.client.command(
+                f"CREATE TABLE {kept} AS {built} COMMENT '{version_comment(version)}'"
+            )
+            self.client.command(
+                f"INSERT INTO {kept} {kept_rows(built, excluded)}", settings=INSERT_SETTINGS
+            )
+            self.client.command(f"EXCHANGE TABLES {kept} AND {built}")
+            self.client.command(f"DROP TABLE {kept} SYNC")
+        self.client.command(f"DROP TABLE IF EXISTS {excluded} SYNC")
+
+    def _exists(self, table: str) -> bool:
+        found = self.client.query("EXISTS TABLE {t:Identifier}", parameters={"t": table})
+        return bool(found.result_rows[0][0])
+
+    def _count(self, table: str) -> int:
+        return int(self.client.query(f"SELECT count() FROM {table}").result_rows[0][0])
 
     def _change_tables(self) -> list[str]:
         """The live memory changes and every version of them on disk."""
@@ -726,6 +778,29 @@ class ClickHouseHistory:
         if rows:
             self.insert(table, rows, CHANGE_COLUMNS)
 
+    def insert_bodies(self, table: str, coder: Transcoder, bodies: Sequence[bytes]) -> None:
+        """Insert into ``table`` the ``memory_changes`` rows of ``bodies`` (Avro bodies
+        of ``coder``'s schema), transcoded by ClickHouse (:mod:`sinks.transcode`): one
+        ``INSERT … SELECT`` over the batch's container file. chdb reads the file from
+        a temporary path (``file()``); a server reads it from the request's body after
+        the query (``input()``). Raises what the insert raised (a record that does not
+        read fails the whole batch)."""
+        if not bodies:
+            return
+        container = coder.container(bodies)
+        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) SELECT "
+        select = ", ".join(coder.select)
+        structure = literal(coder.structure)
+        if type(self.client).__module__.endswith("_chdbclient"):
+            with tempfile.NamedTemporaryFile(prefix="engram-", suffix=".avro") as f:
+                f.write(container)
+                f.flush()
+                source = f"file({literal(f.name)}, 'Avro', {structure})"
+                self.client.command(f"{head}{select} FROM {source} AS {SOURCE}")
+        else:
+            query = f"{head}{select} FROM input({structure}) AS {SOURCE} FORMAT Avro\n"
+            self.client.raw_insert("", insert_block=query.encode() + container)  # query in body
+
     # -- versions (blue/green) ----------------------------------------------
     def _comments(self, table: str) -> dict[str, str]:
         """Name -> comment of ``table`` and every ``{table}_v{n}`` of this database."""
@@ -766,6 +841,14 @@ class ClickHouseHistory:
             if version > live or says != version:
                 self.drop_version(version, table)
                 dropped.append(version_table(version, table))
+        leftovers = self.client.query(
+            "SELECT name FROM system.tables WHERE database = currentDatabase()"
+            " AND match(name, {p:String}) ORDER BY name",
+            parameters={"p": f"^{re.escape(table)}_v[1-9][0-9]*_(excluded|kept)$"},
+        )
+        for (name,) in leftovers.result_rows:
+            self.client.command(f"DROP TABLE IF EXISTS {quote_identifier(name)} SYNC")
+            dropped.append(str(name))
         return dropped
 
     def create_version(self, table: str = CHANGES) -> int:
@@ -806,8 +889,11 @@ class ClickHouseHistory:
         return int(result.result_rows[0][0])
 
     def drop_version(self, version: int, table: str = CHANGES) -> None:
-        """Drop ``{table}_v{n}`` (never the live table); a missing one is a no-op."""
+        """Drop ``{table}_v{n}`` (never the live table) and what its rebuild used for a
+        while; a missing one is a no-op."""
         self.client.command(f"DROP TABLE IF EXISTS {version_table(version, table)} SYNC")
+        for role in ("excluded", "kept"):
+            self.client.command(f"DROP TABLE IF EXISTS {_transient(version, table, role)} SYNC")
 
     # -- reads ------------------------------------------------------------
     def count_events(self) -> int:
