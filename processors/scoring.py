@@ -21,10 +21,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
-from typing import Annotated
+from typing import Annotated, NamedTuple, TypeVar
 
 from pydantic import Field
 
+from processors.sentences import sentences_and_gaps
 from schemas import Model
 
 CJK = (
@@ -275,6 +276,17 @@ class ScoringParams(Model):
         return frozenset(self.intensifiers)
 
     @cached_property
+    def reads_apart(self) -> bool:
+        """Whether :func:`analysis` may read a text sentence by sentence (see
+        :func:`_parts`): no cue holds a clause end (so none spans two sentences), and no
+        intensifier or negator character holds a space (so the space between two
+        sentences changes no negation's scope)."""
+        lexicons = (self.importance_lexicon, self.polarity_lexicon, self.confidence_lexicon)
+        if any(_CLAUSE_END.search(cue) for lexicon in lexicons for cue in lexicon.weights):
+            return False
+        return not any(char.isspace() for char in "".join(self.intensifiers) + self.negator_chars)
+
+    @cached_property
     def intensifier_chars(self) -> frozenset[str]:
         """Every character of an intensifier: a window without any has none to remove."""
         return frozenset("".join(self.intensifiers))
@@ -399,22 +411,31 @@ class Lexicon:
         return self._with_cjk(norm, self._fast_latin_hits(norm, words))
 
     def distinct_sum_of(self, norm: str, words: list[str]) -> float:
-        """:meth:`distinct_sum`, given the words of ``norm`` (``_WORD.findall(norm)``).
+        """:meth:`distinct_sum`, given the words of ``norm`` (``_WORD.findall(norm)``)."""
+        return self.sum_of(self.distinct_of(norm, words))
+
+    def distinct_of(self, norm: str, words: list[str]) -> frozenset[str]:
+        """The distinct cues found in ``norm``, given its words (``_WORD.findall(norm)``).
 
         When no cue of several words occurs in ``norm`` even as a substring, the
         Latin cues found are just the words that are cues: no regex is needed.
         """
         if self.latin is None:
-            return self.distinct_sum(norm)
+            return frozenset([cue for _, cue, _ in self.hits(norm)])
         starts = self.firsts.intersection(words)
         multi = self.multi
         if any(cue in norm for first in starts for cue in multi.get(first, ())):
-            return self._distinct(self.find(norm, words))
+            return frozenset([cue for _, cue, _ in self.find(norm, words)])
         cues = starts & self.single
         if self.cjk is not None and not norm.isascii():
             cues = cues.union([m.group() for m in self.cjk.finditer(norm)])
+        return cues
+
+    def sum_of(self, cues: frozenset[str] | set[str]) -> float:
+        """The sum of the weights of ``cues``, correctly rounded (``math.fsum``): the same
+        whatever the order of a set."""
         weights = self.weights
-        return math.fsum(weights[cue] for cue in cues)
+        return math.fsum([weights[cue] for cue in cues])
 
     def distinct_sum(self, norm: str, words: Spans | None = None) -> float:
         """Sum of the weights of the distinct cues found (first-seen order)."""
@@ -526,45 +547,240 @@ def analyse(text: str, params: ScoringParams = DEFAULT_PARAMS) -> tuple[Scores, 
 
 
 MEMO_SIZE = 4096
-"""Texts whose :func:`analysis` a :class:`ScoringParams` remembers (then it starts afresh)."""
+"""Texts whose :func:`analysis` a :class:`ScoringParams` remembers (then it starts
+afresh), and as many sentences (:func:`_sentence_part`)."""
 MEMO_CHARS = 512
-"""Longer texts are analysed every time, not remembered."""
+"""Longer texts and sentences are read every time, not remembered."""
 
 
+_V = TypeVar("_V")
 Analysis = tuple[Scores, tuple[str, ...]]
 """What :func:`analysis` finds in a text: its estimated scores and its entities."""
-_MEMOS: dict[int, tuple[ScoringParams, dict[str, Analysis]]] = {}
 
 
-def _memo_of(params: ScoringParams) -> dict[str, Analysis]:
-    """The texts ``params`` has analysed, found by identity: a copy of ``params``
-    (``model_copy(update=...)``) gets its own; each entry holds its ``params``, so
-    the id is not reused while the entry lives."""
+class _Part(NamedTuple):
+    """What the scorer reads in one sentence, or in a whole text read at once: the
+    parts of a text's sentences add up to the text's :func:`analysis` (:func:`_finish`)."""
+
+    norm: str
+    """The sentence, :func:`normalise`-d."""
+    words: int
+    """Its words (:data:`_WORD`)."""
+    cjk: int
+    """Its CJK characters."""
+    felt: tuple[float, ...]
+    """weight · :func:`_modifier` of each polarity cue, in text order."""
+    marked: frozenset[str]
+    """Its distinct importance markers."""
+    hedged: frozenset[str]
+    """Its distinct confidence cues."""
+    entities: tuple[str, ...]
+    """:func:`extract_entities` of the sentence (of its own characters, not normalised)."""
+
+
+class _Memo(NamedTuple):
+    params: ScoringParams
+    texts: dict[str, Analysis]
+    sentences: dict[str, _Part]
+
+
+_MEMOS: dict[int, _Memo] = {}
+
+
+def _memo_of(params: ScoringParams) -> _Memo:
+    """The texts and sentences ``params`` has read, found by identity: a copy of
+    ``params`` (``model_copy(update=...)``) gets its own; each entry holds its
+    ``params``, so the id is not reused while the entry lives."""
     entry = _MEMOS.get(id(params))
-    if entry is None or entry[0] is not params:
+    if entry is None or entry.params is not params:
         if len(_MEMOS) >= 64:
             _MEMOS.clear()
-        entry = _MEMOS[id(params)] = (params, {})
-    return entry[1]
+        entry = _MEMOS[id(params)] = _Memo(params, {}, {})
+    return entry
+
+
+def _remember(memo: dict[str, _V], key: str, value: _V) -> None:
+    """Put ``value`` in ``memo`` (emptied first when full) if ``key`` is short."""
+    if len(key) <= MEMO_CHARS:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        memo[key] = value
 
 
 def analysis(text: str, params: ScoringParams) -> Analysis:
-    """``(_estimate(text, ...), extract_entities(text))``, remembered for short texts.
+    """``(score_text(text, params), extract_entities(text))``, remembered for short texts.
 
     The analysis is a pure function of the text and ``params``, so remembering it
     changes no result: it saves the work when a text comes back (a short reply, a
-    repeated prompt, the one sentence of a turn summarised with its episode).
+    repeated prompt, the one sentence of a turn summarised with its episode). A
+    text is read sentence by sentence when that gives the same (:func:`_parts`), and
+    each sentence is remembered: the summariser scores the sentences of the turns it
+    summarises, and a sentence met again in another text is not read again.
     """
     memo = _memo_of(params)
-    found = memo.get(text)
+    found = memo.texts.get(text)
     if found is None:
-        entities = extract_entities(text)
-        found = (_estimate(text, len(entities), params), tuple(entities))
-        if len(text) <= MEMO_CHARS:
-            if len(memo) >= MEMO_SIZE:
-                memo.clear()
-            memo[text] = found
+        found = _finish(_parts(text, params, memo.sentences), params)
+        _remember(memo.texts, text, found)
     return found
+
+
+def _parts(text: str, params: ScoringParams, memo: dict[str, _Part]) -> list[_Part]:
+    """A part per sentence of ``text`` (:func:`~processors.sentences.sentences_and_gaps`)
+    when nothing the scorer reads crosses from one sentence to the next, else one part
+    for the whole text.
+
+    The scores: every cue, word and clause (a negation's scope) ends at a clause end
+    (``_CLAUSE_END``), so when the normalised text is the normalised sentences joined
+    by their gaps (a space, or nothing) and each sentence but the last ends with a
+    clause end, the cues of the text are those of its sentences (with the params'
+    :attr:`~ScoringParams.reads_apart`). The entities: see :func:`_apart`.
+    """
+    if params.reads_apart:
+        sentences, gaps = sentences_and_gaps(text)
+        if sentences and _apart(text, sentences, gaps):
+            parts = [_sentence_part(sentence, params, memo) for sentence in sentences]
+            if _joined(text, parts, gaps):
+                return parts
+    return [_part(text, normalise(text), params)]
+
+
+_ENDS = frozenset(".!?;:\n。！？；：")
+"""The characters :func:`_starts_sentence` reads as a sentence's end."""
+_OPENERS = " \t\"'“‘([「『"
+"""What :func:`_starts_sentence` skips before a sentence's first word."""
+_QUOTE = re.compile("[「『“《]")
+"""The first character of a quoted span (an entity rule), which may hold sentences."""
+_QUOTATION_MARKS = "「」『』“”《》"
+"""The characters a quoted span cannot hold (its rule's class), opening and closing."""
+
+
+def _leaves_open(sentence: str) -> bool:
+    """Whether the last quotation mark of ``sentence`` opens a quote (a quoted span
+    starting there would end after the sentence, if anywhere)."""
+    if _QUOTE.search(sentence) is None:
+        return False
+    last = max(sentence.rfind(mark) for mark in _QUOTATION_MARKS)
+    return _QUOTE.match(sentence, last) is not None
+
+
+def _apart(text: str, sentences: list[str], gaps: list[str]) -> bool:
+    """Whether the entities of ``text`` are those of its ``sentences`` (``gaps``: see
+    :func:`~processors.sentences.sentences_and_gaps`), found apart, in order.
+
+    True when no entity rule can match across a gap and each rule's context reads
+    the same in the sentence alone: no sentence but the last leaves a quote open (its
+    last quotation mark is an opening one: a quoted span, the only rule whose match
+    may hold a sentence's end, could close in the next); no sentence after the first
+    starts with a digit (``March. 3`` is a date); each sentence but the last ends
+    with a mark that :func:`_starts_sentence` reads as an end; every gap is spaces,
+    tabs and line breaks, short enough that :func:`_starts_sentence` sees across it
+    and across the opening quotes of the sentence after it.
+    """
+    quoted = _QUOTE.search(text) is not None
+    previous = ""
+    for sentence, gap in zip(sentences, gaps, strict=True):
+        if previous and (previous[-1] not in _ENDS or _DIGIT.match(sentence)):
+            return False
+        if quoted and previous and _leaves_open(previous):
+            return False
+        if gap.strip(" \t\n") or len(gap) + len(sentence) - len(sentence.lstrip(_OPENERS)) > 60:
+            return False
+        previous = sentence
+    return True
+
+
+def _joined(text: str, parts: list[_Part], gaps: list[str]) -> bool:
+    """Whether ``normalise(text)`` is the parts' ``norm`` joined by their gaps (a space
+    for whitespace, nothing for none), each but the last ending with a clause end.
+
+    An ASCII text always is: :func:`normalise` lower-cases it character by character
+    and turns each run of whitespace into a space, and the sentences are stripped.
+    """
+    for part in parts[:-1]:
+        if not part.norm or part.norm[-1] not in _CLAUSE_ENDS:
+            return False
+    if text.isascii():
+        return True
+    pieces = [parts[0].norm]
+    for gap, part in zip(gaps[1:], parts[1:], strict=True):
+        pieces += (" " if gap else "", part.norm)
+    return normalise(text) == "".join(pieces)
+
+
+_CLAUSE_ENDS = frozenset(",.;:!?\n、。，；：！？")
+"""The characters of ``_CLAUSE_END``."""
+
+
+def _sentence_part(sentence: str, params: ScoringParams, memo: dict[str, _Part]) -> _Part:
+    """:func:`_part` of a sentence, remembered in ``memo`` when short."""
+    part = memo.get(sentence)
+    if part is None:
+        part = _part(sentence, normalise(sentence), params)
+        _remember(memo, sentence, part)
+    return part
+
+
+def _part(text: str, norm: str, params: ScoringParams) -> _Part:
+    """What the scorer reads in ``text``, whose :func:`normalise` is ``norm``."""
+    words = _WORD.findall(norm)
+    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
+    entities = tuple(extract_entities(text))
+    if not words and not cjk:  # no cue can match: each has a word or a CJK character
+        return _Part(norm, 0, 0, (), frozenset(), frozenset(), entities)
+    felt = tuple(
+        [
+            weight * _modifier(norm, start, cue, params)
+            for start, cue, weight in params.polarity_lexicon.find(norm, words)
+        ]
+    )
+    marked = params.importance_lexicon.distinct_of(norm, words)
+    hedged = params.confidence_lexicon.distinct_of(norm, words)
+    return _Part(norm, len(words), cjk, felt, marked, hedged, entities)
+
+
+def _finish(parts: list[_Part], params: ScoringParams) -> Analysis:
+    """The analysis of a text from the parts of its sentences, in order: what reading
+    the text at once gives (see :func:`_estimate`), the first ten distinct entities."""
+    entities = parts[0].entities if len(parts) == 1 else _first_entities(parts)
+    return _estimate(parts, len(entities), params), entities
+
+
+def _first_entities(parts: list[_Part], limit: int = 10) -> tuple[str, ...]:
+    """The first ``limit`` distinct (case-folded) entities of the parts, in order."""
+    found: dict[str, str] = {}
+    for part in parts:
+        for entity in part.entities:
+            found.setdefault(entity.casefold(), entity)
+            if len(found) == limit:
+                return tuple(found.values())
+    return tuple(found.values())
+
+
+def _estimate(parts: list[_Part], entities: int, params: ScoringParams) -> Scores:
+    """:func:`score_text` of the text whose parts are ``parts`` and which holds
+    ``entities`` entities: the same floating-point operations in the same order as
+    on the text read at once (the polarities summed in text order; the distinct cues
+    of the text summed by ``math.fsum``, whatever their order; counts added)."""
+    words = sum([part.words for part in parts])
+    cjk = sum([part.cjk for part in parts])
+    if not words and not cjk:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
+    raw = 0.0
+    for part in parts:
+        for term in part.felt:
+            raw += term
+    bangs = sum([part.norm.count("!") for part in parts])
+    sentiment = _sentiment(raw, bangs, params)
+    length = words + cjk / params.cjk_chars_per_word
+    marked = frozenset().union(*[part.marked for part in parts])
+    hedged = frozenset().union(*[part.hedged for part in parts])
+    asks = any("?" in part.norm or "吗" in part.norm for part in parts)
+    return Scores(
+        importance=_importance(marked, entities, length, bangs > 0, sentiment, params),
+        sentiment=sentiment,
+        confidence=_confidence(hedged, asks, params),
+    )
 
 
 def score_turn(
@@ -594,9 +810,8 @@ def analyse_turn(
 ) -> tuple[Scores, list[str]]:
     """``(score_turn(...), extract_entities(content))``, sharing the work."""
     if importance is not None and sentiment is not None and confidence is not None:
-        known = _memo_of(params).get(content)
-        entities = extract_entities(content) if known is None else list(known[1])
-        return Scores(importance, sentiment, confidence), entities
+        # the analysis, not the entities alone: the summariser scores these sentences too
+        return Scores(importance, sentiment, confidence), list(analysis(content, params)[1])
     estimate, found = analysis(content, params)
     if importance is None and sentiment is None and confidence is None:
         return estimate, list(found)
@@ -613,46 +828,31 @@ def _supplied_win(
     )
 
 
-def _estimate(text: str, entities: int | None, params: ScoringParams) -> Scores:
-    """:func:`score_text`, given the number of entities of ``text`` when known."""
-    norm = normalise(text)
-    words = _WORD.findall(norm)
-    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
-    if not words and not cjk:
-        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
-    sentiment = _sentiment(norm, words, params)
-    length = len(words) + cjk / params.cjk_chars_per_word
-    if entities is None:
-        entities = len(extract_entities(text))
-    return Scores(
-        importance=_importance(norm, words, entities, length, sentiment, params),
-        sentiment=sentiment,
-        confidence=_confidence(norm, words, params),
-    )
+def _sentiment(raw: float, bangs: int, params: ScoringParams) -> float:
+    """tanh of ``raw``, the summed, negation- and intensifier-adjusted cue polarities
+    (:func:`_modifier`), amplified by ``bangs`` exclamation marks (at most three)."""
+    if not raw:
+        return 0.0  # what the clamped tanh of 0.0 is
+    raw *= 1.0 + params.exclaim_sentiment * min(bangs, 3)
+    return _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
 
 
 def _importance(
-    norm: str, words: list[str], entities: int, length: float, sentiment: float, p: ScoringParams
+    marked: frozenset[str],
+    entities: int,
+    length: float,
+    exclaimed: bool,
+    sentiment: float,
+    p: ScoringParams,
 ) -> float:
     """Base + markers + entities + length + exclamation + arousal, in 1..10."""
-    markers = min(p.importance_lexicon.distinct_sum_of(norm, words), p.marker_cap)
+    markers = min(p.importance_lexicon.sum_of(marked), p.marker_cap)
     named = min(p.entity_weight * entities, p.entity_cap)
     size = p.length_max * min(1.0, length / p.length_scale)
-    exclaim = p.exclaim_importance if "!" in norm else 0.0
+    exclaim = p.exclaim_importance if exclaimed else 0.0
     arousal = p.arousal_weight * abs(sentiment)
     total = p.importance_base + markers + named + size + exclaim + arousal
     return _clamp(total, 1.0, 10.0)
-
-
-def _sentiment(norm: str, words: list[str], params: ScoringParams) -> float:
-    """tanh of the summed, negation- and intensifier-adjusted cue polarities."""
-    raw = 0.0
-    for start, cue, weight in params.polarity_lexicon.find(norm, words):
-        raw += weight * _modifier(norm, start, cue, params)
-    if not raw:
-        return 0.0  # what the clamped tanh of 0.0 is
-    raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
-    return _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
 
 
 def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
@@ -681,10 +881,10 @@ def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
     return params.intensifier_boost if intensified else 1.0
 
 
-def _confidence(norm: str, words: list[str], params: ScoringParams) -> float:
+def _confidence(hedged: frozenset[str], asks: bool, params: ScoringParams) -> float:
     """Base + distinct hedge/assertion cues − question penalty, clamped."""
-    shift = params.confidence_lexicon.distinct_sum_of(norm, words)
-    question = params.question_penalty if "?" in norm or "吗" in norm else 0.0
+    shift = params.confidence_lexicon.sum_of(hedged)
+    question = params.question_penalty if asks else 0.0
     value = params.confidence_base + shift - question
     return _clamp(value, params.confidence_min, params.confidence_max)
 

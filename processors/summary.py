@@ -12,21 +12,16 @@ import math
 import re
 from bisect import bisect
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from itertools import chain, pairwise
 from typing import NamedTuple, TypeVar
 
 from processors.scoring import CJK, DEFAULT_PARAMS, ScoringParams, score_text, tokenize
+from processors.sentences import iter_sentences as iter_sentences  # re-exported
+from processors.sentences import split_sentences as split_sentences  # re-exported
 
 SUMMARISER_NAME = "extractive-v1"
 
-_BREAK = re.compile(
-    r"([。！？；!?….\n]"  # first the class, so that the regex engine skips to it
-    r"(?:(?<=[。！？；!?…])(?![。！？；!?…」』”’\"')）\]])"  # a mark, not repeated or quoted
-    r"|(?<=\.)(?=\s)"  # a full stop followed by space
-    r"|(?<=\n)))"  # a line break
-)
-"""The last character of a sentence (a sentence may end with the text too)."""
 _WIDE = re.compile(f"[{CJK}\u3000-\u303f\uff01-\uff0f\uff1a-\uff1f\u201c\u201d]")
 _CJK_PAIR = re.compile(f"[{CJK}]{{2}}$")
 _ELLIPSIS = "…"
@@ -61,29 +56,6 @@ class _Sentence(NamedTuple):
     """Whether the text starts with a wide character (see :func:`_join`)."""
     closes_wide: bool
     """Whether it ends with one."""
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text``, stripped, in order, punctuation kept.
-
-    Boundaries: after ``。！？；!?…`` (closing quotes and repeated marks stay
-    attached), after ``.`` followed by a space (so ``3.5`` and ``v1.2`` hold), and at
-    line breaks. Empty pieces are dropped.
-    """
-    parts = _BREAK.split(text)  # text, end, text, end, ..., text
-    parts.append("")
-    return [s for s in map(str.strip, map(str.__add__, parts[::2], parts[1::2])) if s]
-
-
-def iter_sentences(text: str) -> Iterator[str]:
-    """:func:`split_sentences`, one at a time: ``text`` is read only as far as asked."""
-    start = 0
-    for end in _BREAK.finditer(text):
-        if sentence := text[start : end.end()].strip():
-            yield sentence
-        start = end.end()
-    if sentence := text[start:].strip():
-        yield sentence
 
 
 def summarise(

@@ -40,7 +40,8 @@ from pydantic import Field
 
 from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS, ScoringParams
-from processors.summary import iter_sentences, summarise
+from processors.sentences import iter_sentences
+from processors.summary import summarise
 from schemas import (
     ClockTicked,
     Event,

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import unicodedata
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processors.scoring import (
     _ASCII_DIGIT,
     _CAPITAL,
+    _CJK_CHAR,
     _DIGIT,
     _ENTITY_RULES,
     _HAN,
     _RULES_FOR,
     _WIDE_PUNCTUATION,
+    _WORD,
     CONFIDENCE_CUES,
     DEFAULT_PARAMS,
     IMPORTANCE_MARKERS,
@@ -24,17 +27,23 @@ from processors.scoring import (
     NEGATORS,
     POLARITY,
     Lexicon,
+    Scores,
     ScoringParams,
     _all_names,
+    _clamp,
     _matches,
+    _modifier,
+    _parts,
     analyse,
     analyse_turn,
+    analysis,
     extract_entities,
     normalise,
     score_text,
     score_turn,
     word_spans,
 )
+from processors.sentences import split_sentences
 
 CUES = sorted({*IMPORTANCE_MARKERS, *POLARITY, *CONFIDENCE_CUES, *NEGATORS, *INTENSIFIERS})
 PIECES = st.one_of(
@@ -211,3 +220,80 @@ LONG = st.lists(st.one_of(TEXTS, DATE_PIECES), min_size=1, max_size=12).map(" ".
 @given(st.one_of(TEXTS, DATE_PIECES, LONG), st.integers(-1, 12))
 def test_entities_are_the_first_of_every_candidate(text: str, limit: int) -> None:
     assert extract_entities(text, limit) == _every_entity(text, limit)
+
+
+def _analysis_at_once(text: str, params: ScoringParams) -> tuple[Scores, tuple[str, ...]]:
+    """:func:`analysis` as first written: the whole text read at once (the reference of
+    the reading sentence by sentence)."""
+    entities = tuple(extract_entities(text))
+    norm = normalise(text)
+    words = _WORD.findall(norm)
+    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
+    if not words and not cjk:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0)), entities
+    raw = 0.0
+    for start, cue, weight in params.polarity_lexicon.hits(norm):
+        raw += weight * _modifier(norm, start, cue, params)
+    sentiment = 0.0
+    if raw:
+        raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
+        sentiment = _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
+    length = len(words) + cjk / params.cjk_chars_per_word
+    markers = min(params.importance_lexicon.distinct_sum(norm), params.marker_cap)
+    named = min(params.entity_weight * len(entities), params.entity_cap)
+    size = params.length_max * min(1.0, length / params.length_scale)
+    exclaim = params.exclaim_importance if "!" in norm else 0.0
+    arousal = params.arousal_weight * abs(sentiment)
+    total = params.importance_base + markers + named + size + exclaim + arousal
+    shift = params.confidence_lexicon.distinct_sum(norm)
+    question = params.question_penalty if "?" in norm or "吗" in norm else 0.0
+    confidence = _clamp(
+        params.confidence_base + shift - question, params.confidence_min, params.confidence_max
+    )
+    return Scores(_clamp(total, 1.0, 10.0), sentiment, confidence), entities
+
+
+EDGES = st.sampled_from(
+    [
+        ". ", "! ", "? ", "。", "！", "？", "；", "：", "…", ".\n", "\n", "\n\n", " \t ", "\r\n",
+        "\u3000", "\xa0", "\x1f", "“", "”", "「", "」", "《", "》", "『", "』", '"', "(", "'",
+        "Dr. ", "3", "42", "٣", "May", "March", "Mar. ", "of ", "am", "pm", "I", "The", "Bob",
+        "Maybe", "@x", "#t", "$5", "5%", "叫王小明", "在北京", "¨", "\u0301", "\u3099", "ﬁ", "吗",
+        " " * 62, "“" * 61, '"' * 70, "not ", "very ", "不", "很", "thank you", "don't",
+    ]
+)  # fmt: skip
+"""Sentence ends, the gaps between sentences and what may read across them: digits and
+months (dates), quotation marks, capitals and sentence starters, long runs of spaces
+and opening quotes, combining marks, negators and intensifiers."""
+SENTENCES = st.lists(st.one_of(PIECES, EDGES), max_size=50).map("".join)
+MANY = st.lists(st.one_of(SENTENCES, TEXTS), min_size=2, max_size=30).map(" ".join)
+"""Longer texts of many sentences (over 512 characters too: not remembered whole)."""
+BROKEN = ScoringParams(polarity={"good.bad": 0.5, "nice": 0.4}, intensifiers=("so so",))
+"""Params whose cues may span a clause end: texts are read at once."""
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(TEXTS, SENTENCES, MANY))
+def test_a_text_read_by_sentences_is_the_text_read_at_once(text: str) -> None:
+    for params in (DEFAULT_PARAMS, CUSTOM, BROKEN):
+        expected = _analysis_at_once(text, params)
+        assert analysis(text, params) == expected
+        assert analysis(text, params.model_copy()) == expected  # nothing remembered
+        for sentence in split_sentences(text):
+            assert analysis(sentence, params) == _analysis_at_once(sentence, params)
+
+
+def test_texts_are_read_by_sentences() -> None:
+    """The test above is not vacuous: the usual texts are cut, and where a rule reads
+    across sentences they are not."""
+    assert DEFAULT_PARAMS.reads_apart and CUSTOM.reads_apart and not BROKEN.reads_apart
+    cut = "I love it. You hate it!  我很开心。“Quoted.” Then (Bob) came."
+    assert len(_parts(cut, DEFAULT_PARAMS, {})) == 4  # ."” ends no sentence
+    for whole in (
+        "We go in March. 3 of us.",  # a date across sentences
+        "He said “Stop. Now.” and left.",  # a quote across sentences
+        "Wait… May we?",  # "…" is not a sentence end for the names
+        "Hi.\u3000May we?",  # nor an ideographic space
+        "no end\nMay we",  # a line break alone
+    ):
+        assert len(_parts(whole, DEFAULT_PARAMS, {})) == 1, whole
