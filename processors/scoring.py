@@ -19,12 +19,14 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, reduce
 from itertools import chain
-from typing import Annotated, NamedTuple, TypeVar
+from operator import add
+from typing import Annotated, NamedTuple
 
 from pydantic import Field
 
+from processors.memo import Memo
 from processors.sentences import sentences_and_gaps
 from schemas import Model
 
@@ -546,21 +548,27 @@ def analyse(text: str, params: ScoringParams = DEFAULT_PARAMS) -> tuple[Scores, 
     return scores, list(entities)
 
 
-MEMO_SIZE = 4096
-"""Texts whose :func:`analysis` a :class:`ScoringParams` remembers (then it starts
-afresh), and as many sentences (:func:`_sentence_part`)."""
+MEMO_TEXTS = 16384
+"""Texts whose :func:`analysis` a :class:`ScoringParams` remembers (the oldest forgotten
+first), at most ``MEMO_CHARS`` long each."""
+MEMO_SENTENCES = 65536
+"""Sentences whose :class:`_Part` a :class:`ScoringParams` remembers: enough for those of
+the turns that the open episodes and working memories of a worker's agents hold, which
+the summariser reads again (tens of MB at most: see :class:`~processors.memo.Memo`)."""
 MEMO_CHARS = 512
 """Longer texts and sentences are read every time, not remembered."""
+MEMO_TOTAL_CHARS = 1 << 22
+"""Characters of texts (and of sentences) each memo holds at most."""
 
 
-_V = TypeVar("_V")
 Analysis = tuple[Scores, tuple[str, ...]]
 """What :func:`analysis` finds in a text: its estimated scores and its entities."""
 
 
 class _Part(NamedTuple):
     """What the scorer reads in one sentence, or in a whole text read at once: the
-    parts of a text's sentences add up to the text's :func:`analysis` (:func:`_finish`)."""
+    parts of a text's sentences add up to the text's :func:`analysis` (:func:`_total`),
+    when the sentences can be read apart (:func:`_adds_up`, from the last four fields)."""
 
     norm: str
     """The sentence, :func:`normalise`-d."""
@@ -568,6 +576,10 @@ class _Part(NamedTuple):
     """Its words (:data:`_WORD`)."""
     cjk: int
     """Its CJK characters."""
+    bangs: int
+    """Its exclamation marks."""
+    asks: bool
+    """Whether it holds a question mark or 吗."""
     felt: tuple[float, ...]
     """weight · :func:`_modifier` of each polarity cue, in text order."""
     marked: frozenset[str]
@@ -576,12 +588,38 @@ class _Part(NamedTuple):
     """Its distinct confidence cues."""
     entities: tuple[str, ...]
     """:func:`extract_entities` of the sentence (of its own characters, not normalised)."""
+    ends: bool
+    """Whether another sentence may follow it (see :func:`_ends`)."""
+    follows: bool
+    """Whether it may follow another sentence (see :func:`_follows`)."""
+    lead: int
+    """How many opening quotes and brackets come before its first word."""
+    stable: bool
+    """Whether NFKC leaves a boundary before its first character (:data:`_STABLE`)."""
+
+
+class _Parts(NamedTuple):
+    """The parts of a text's sentences, field by field (``zip(*parts)``)."""
+
+    norm: tuple[str, ...]
+    words: tuple[int, ...]
+    cjk: tuple[int, ...]
+    bangs: tuple[int, ...]
+    asks: tuple[bool, ...]
+    felt: tuple[tuple[float, ...], ...]
+    marked: tuple[frozenset[str], ...]
+    hedged: tuple[frozenset[str], ...]
+    entities: tuple[tuple[str, ...], ...]
+    ends: tuple[bool, ...]
+    follows: tuple[bool, ...]
+    lead: tuple[int, ...]
+    stable: tuple[bool, ...]
 
 
 class _Memo(NamedTuple):
     params: ScoringParams
-    texts: dict[str, Analysis]
-    sentences: dict[str, _Part]
+    texts: Memo[Analysis]
+    sentences: Memo[_Part]
 
 
 _MEMOS: dict[int, _Memo] = {}
@@ -595,16 +633,10 @@ def _memo_of(params: ScoringParams) -> _Memo:
     if entry is None or entry.params is not params:
         if len(_MEMOS) >= 64:
             _MEMOS.clear()
-        entry = _MEMOS[id(params)] = _Memo(params, {}, {})
+        texts: Memo[Analysis] = Memo(MEMO_TEXTS, MEMO_TOTAL_CHARS, MEMO_CHARS)
+        sentences: Memo[_Part] = Memo(MEMO_SENTENCES, MEMO_TOTAL_CHARS, MEMO_CHARS)
+        entry = _MEMOS[id(params)] = _Memo(params, texts, sentences)
     return entry
-
-
-def _remember(memo: dict[str, _V], key: str, value: _V) -> None:
-    """Put ``value`` in ``memo`` (emptied first when full) if ``key`` is short."""
-    if len(key) <= MEMO_CHARS:
-        if len(memo) >= MEMO_SIZE:
-            memo.clear()
-        memo[key] = value
 
 
 def analysis(text: str, params: ScoringParams) -> Analysis:
@@ -613,37 +645,132 @@ def analysis(text: str, params: ScoringParams) -> Analysis:
     The analysis is a pure function of the text and ``params``, so remembering it
     changes no result: it saves the work when a text comes back (a short reply, a
     repeated prompt, the one sentence of a turn summarised with its episode). A
-    text is read sentence by sentence when that gives the same (:func:`_parts`), and
-    each sentence is remembered: the summariser scores the sentences of the turns it
-    summarises, and a sentence met again in another text is not read again.
+    text is read sentence by sentence when that gives the same (:func:`_adds_up`),
+    and each sentence is remembered: the summariser scores the sentences of the turns
+    it summarises, and a sentence met again in another text is not read again.
     """
     memo = _memo_of(params)
     found = memo.texts.get(text)
     if found is None:
-        found = _finish(_parts(text, params, memo.sentences), params)
-        _remember(memo.texts, text, found)
+        found = _finish(_read(text, params, memo.sentences), params)
+        memo.texts.put(text, found)
     return found
 
 
-def _parts(text: str, params: ScoringParams, memo: dict[str, _Part]) -> list[_Part]:
-    """A part per sentence of ``text`` (:func:`~processors.sentences.sentences_and_gaps`)
-    when nothing the scorer reads crosses from one sentence to the next, else one part
-    for the whole text.
-
-    The scores: every cue, word and clause (a negation's scope) ends at a clause end
-    (``_CLAUSE_END``), so when the normalised text is the normalised sentences joined
-    by their gaps (a space, or nothing) and each sentence but the last ends with a
-    clause end, the cues of the text are those of its sentences (with the params'
-    :attr:`~ScoringParams.reads_apart`). The entities: see :func:`_apart`.
-    """
+def _read(text: str, params: ScoringParams, memo: Memo[_Part]) -> _Part:
+    """What the scorer reads in ``text``: the total of the parts of its sentences
+    (:func:`~processors.sentences.sentences_and_gaps`) when they add up to what reading
+    the text at once gives (:func:`_adds_up`), else the text read at once."""
     if params.reads_apart:
         sentences, gaps = sentences_and_gaps(text)
-        if sentences and _apart(text, sentences, gaps):
-            parts = [_sentence_part(sentence, params, memo) for sentence in sentences]
-            if _joined(text, parts, gaps):
-                return parts
-    return [_part(text, normalise(text), params)]
+        if len(sentences) == 1 and not gaps[0] and text.endswith(sentences[0]):
+            return _sentence_part(text, params, memo)  # the text is its one sentence
+        if sentences:
+            read = [_sentence_part(sentence, params, memo) for sentence in sentences]
+            parts = _Parts(*zip(*read, strict=True))
+            if _adds_up(text, parts, gaps):
+                return _total(parts)
+    return _part(text, normalise(text), params)
 
+
+def _sentence_part(sentence: str, params: ScoringParams, memo: Memo[_Part]) -> _Part:
+    """:func:`_part` of a sentence, remembered in ``memo``."""
+    part = memo.get(sentence)
+    if part is None:
+        part = _part(sentence, normalise(sentence), params)
+        memo.put(sentence, part)
+    return part
+
+
+def _part(text: str, norm: str, params: ScoringParams) -> _Part:
+    """What the scorer reads in ``text``, whose :func:`normalise` is ``norm``."""
+    words = _WORD.findall(norm)
+    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
+    bangs, asks = norm.count("!"), "?" in norm or "吗" in norm
+    entities = tuple(extract_entities(text))
+    ends, follows = _ends(text, norm), _follows(text, norm)
+    lead = len(text) - len(text.lstrip(_OPENERS))
+    stable = _STABLE.match(text) is not None
+    if not words and not cjk:  # no cue can match: each has a word or a CJK character
+        return _Part(
+            norm, 0, 0, bangs, asks, (), _NONE, _NONE, entities, ends, follows, lead, stable
+        )
+    felt = tuple(
+        [
+            weight * _modifier(norm, start, cue, params)
+            for start, cue, weight in params.polarity_lexicon.find(norm, words)
+        ]
+    )
+    marked = params.importance_lexicon.distinct_of(norm, words)
+    hedged = params.confidence_lexicon.distinct_of(norm, words)
+    return _Part(
+        norm, len(words), cjk, bangs, asks, felt, marked, hedged, entities, ends, follows, lead,
+        stable,
+    )  # fmt: skip
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+def _finish(part: _Part, params: ScoringParams) -> Analysis:
+    """The analysis of the text whose reading is ``part``: the same floating-point
+    operations in the same order as :func:`score_text` as first written."""
+    if not part.words and not part.cjk:
+        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0)), part.entities
+    sentiment = _sentiment(reduce(add, part.felt, 0.0), part.bangs, params)
+    length = part.words + part.cjk / params.cjk_chars_per_word
+    named = len(part.entities)
+    scores = Scores(
+        importance=_importance(part.marked, named, length, part.bangs > 0, sentiment, params),
+        sentiment=sentiment,
+        confidence=_confidence(part.hedged, part.asks, params),
+    )
+    return scores, part.entities
+
+
+def _total(parts: _Parts) -> _Part:
+    """The reading of the text made of ``parts`` (its ``norm`` and the last four fields
+    left out): what reading the text at once finds, in the same order. The polarities
+    follow each other (their sum, ``reduce(add, ...)``, is then the same floating-point
+    additions in the same order as the text's); the distinct cues are the union of
+    the parts' (their weights are summed by ``math.fsum``: any order gives the same);
+    counts add up; the entities are the first ten distinct (case-folded) of the parts,
+    in order."""
+    return _Part(
+        "",
+        sum(parts.words),
+        sum(parts.cjk),
+        sum(parts.bangs),
+        any(parts.asks),
+        tuple(chain.from_iterable(parts.felt)),
+        _NONE.union(*parts.marked),
+        _NONE.union(*parts.hedged),
+        _first_entities(parts.entities),
+        False,
+        False,
+        0,
+        False,
+    )
+
+
+def _first_entities(entities: Sequence[tuple[str, ...]], limit: int = 10) -> tuple[str, ...]:
+    """The first ``limit`` distinct (case-folded) of ``entities``, in order."""
+    found: dict[str, str] = {}
+    for entity in chain.from_iterable(entities):
+        found.setdefault(entity.casefold(), entity)
+        if len(found) == limit:
+            break
+    return tuple(found.values())
+
+
+# --- when the sentences of a text can be read apart ----------------------------------
+#
+# The scores: every cue, word and clause (a negation's scope) ends at a clause end
+# (``_CLAUSE_END``): when the normalised text is the normalised sentences joined by
+# their gaps (a space, or nothing) and each sentence but the last ends with a clause
+# end, the cues of the text are those of its sentences (the params' ``reads_apart``).
+# The entities: no rule may match across a gap, and each rule's context must read the
+# same in a sentence alone (see _adds_up).
 
 _ENDS = frozenset(".!?;:\n。！？；：")
 """The characters :func:`_starts_sentence` reads as a sentence's end."""
@@ -653,134 +780,80 @@ _QUOTE = re.compile("[「『“《]")
 """The first character of a quoted span (an entity rule), which may hold sentences."""
 _QUOTATION_MARKS = "「」『』“”《》"
 """The characters a quoted span cannot hold (its rule's class), opening and closing."""
+_CLAUSE_ENDS = frozenset(",.;:!?\n、。，；：！？")
+"""The characters of ``_CLAUSE_END``."""
+_GAP_ROOM = 60
+"""Gap and opening quotes before a sentence's first word that :func:`_starts_sentence`,
+which looks 64 characters back, sees across to the sentence before."""
+_STABLE = re.compile(
+    "[\x21-\x7e\u2018-\u201f\u3001-\u3029\u3041-\u3096\u30a1-\u30fa"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\uff01-\uff5e]"
+)
+"""First characters before which NFKC leaves a boundary: starters that no character
+before them composes with, and whose NFKC starts with such a starter, not a space
+(printable ASCII, Han, kana, hangul syllables, CJK punctuation and quotation marks,
+full-width ASCII; ``tests/unit/test_scoring_fast_paths.py`` checks each). NFKC of a
+string cut before one is NFKC of the head followed by NFKC of the rest."""
+
+
+def _ends(sentence: str, norm: str) -> bool:
+    """Whether another sentence may follow ``sentence`` (whose :func:`normalise` is
+    ``norm``): it ends with a mark that :func:`_starts_sentence` reads as an end and
+    that normalises to a clause end, and leaves no quote open (a quoted span, the only
+    entity rule whose match may hold a sentence's end, could close in the next)."""
+    if not norm or sentence[-1] not in _ENDS or norm[-1] not in _CLAUSE_ENDS:
+        return False
+    return _QUOTE.search(sentence) is None or not _leaves_open(sentence)
 
 
 def _leaves_open(sentence: str) -> bool:
-    """Whether the last quotation mark of ``sentence`` opens a quote (a quoted span
-    starting there would end after the sentence, if anywhere)."""
-    if _QUOTE.search(sentence) is None:
-        return False
+    """Whether the last quotation mark of ``sentence`` opens a quote."""
     last = max(sentence.rfind(mark) for mark in _QUOTATION_MARKS)
     return _QUOTE.match(sentence, last) is not None
 
 
-def _apart(text: str, sentences: list[str], gaps: list[str]) -> bool:
-    """Whether the entities of ``text`` are those of its ``sentences`` (``gaps``: see
-    :func:`~processors.sentences.sentences_and_gaps`), found apart, in order.
+def _follows(sentence: str, norm: str) -> bool:
+    """Whether ``sentence`` may follow another: it does not start with a digit (``March.
+    3`` is a date) and does not normalise to nothing."""
+    return bool(norm) and _DIGIT.match(sentence) is None
 
-    True when no entity rule can match across a gap and each rule's context reads
-    the same in the sentence alone: no sentence but the last leaves a quote open (its
-    last quotation mark is an opening one: a quoted span, the only rule whose match
-    may hold a sentence's end, could close in the next); no sentence after the first
-    starts with a digit (``March. 3`` is a date); each sentence but the last ends
-    with a mark that :func:`_starts_sentence` reads as an end; every gap is spaces,
-    tabs and line breaks, short enough that :func:`_starts_sentence` sees across it
-    and across the opening quotes of the sentence after it.
+
+def _adds_up(text: str, parts: _Parts, gaps: list[str]) -> bool:
+    """Whether the parts of the sentences of ``text`` (``gaps``: see
+    :func:`~processors.sentences.sentences_and_gaps`) add up to reading it at once.
+
+    The entities: each sentence but the last may be followed (:func:`_ends`), each but
+    the first may follow (:func:`_follows`), every gap is spaces, tabs and line breaks,
+    short enough that :func:`_starts_sentence` sees across it and across the opening
+    quotes of the sentence after it. The scores: see :func:`_joined`.
     """
-    quoted = _QUOTE.search(text) is not None
-    previous = ""
-    for sentence, gap in zip(sentences, gaps, strict=True):
-        if previous and (previous[-1] not in _ENDS or _DIGIT.match(sentence)):
-            return False
-        if quoted and previous and _leaves_open(previous):
-            return False
-        if gap.strip(" \t\n") or len(gap) + len(sentence) - len(sentence.lstrip(_OPENERS)) > 60:
-            return False
-        previous = sentence
-    return True
+    if not (all(parts.ends[:-1]) and all(parts.follows[1:]) and parts.norm[-1]):
+        return False
+    spaces = "".join(gaps)
+    if spaces.strip(" \t\n") or max(map(add, map(len, gaps), parts.lead)) > _GAP_ROOM:
+        return False
+    return _joined(text, parts, gaps)
 
 
-def _joined(text: str, parts: list[_Part], gaps: list[str]) -> bool:
+def _joined(text: str, parts: _Parts, gaps: list[str]) -> bool:
     """Whether ``normalise(text)`` is the parts' ``norm`` joined by their gaps (a space
-    for whitespace, nothing for none), each but the last ending with a clause end.
+    for whitespace, nothing for none).
 
-    An ASCII text always is: :func:`normalise` lower-cases it character by character
-    and turns each run of whitespace into a space, and the sentences are stripped.
+    Known without normalising the text when it is ASCII (:func:`normalise` lower-cases
+    it character by character and turns each run of whitespace into a space; the
+    sentences are stripped), and when each sentence starts with a :data:`_STABLE`
+    character (the gaps being ASCII): NFKC then normalises the text gap by gap and
+    sentence by sentence, the other steps of :func:`normalise` go character by
+    character but the last, which turns runs of whitespace into a space, and a
+    sentence's first character normalises to no space, nor does its last (a clause
+    end).
     """
-    for part in parts[:-1]:
-        if not part.norm or part.norm[-1] not in _CLAUSE_ENDS:
-            return False
-    if text.isascii():
+    if text.isascii() or all(parts.stable):
         return True
-    pieces = [parts[0].norm]
-    for gap, part in zip(gaps[1:], parts[1:], strict=True):
-        pieces += (" " if gap else "", part.norm)
+    pieces = [parts.norm[0]]
+    for gap, norm in zip(gaps[1:], parts.norm[1:], strict=True):
+        pieces += (" " if gap else "", norm)
     return normalise(text) == "".join(pieces)
-
-
-_CLAUSE_ENDS = frozenset(",.;:!?\n、。，；：！？")
-"""The characters of ``_CLAUSE_END``."""
-
-
-def _sentence_part(sentence: str, params: ScoringParams, memo: dict[str, _Part]) -> _Part:
-    """:func:`_part` of a sentence, remembered in ``memo`` when short."""
-    part = memo.get(sentence)
-    if part is None:
-        part = _part(sentence, normalise(sentence), params)
-        _remember(memo, sentence, part)
-    return part
-
-
-def _part(text: str, norm: str, params: ScoringParams) -> _Part:
-    """What the scorer reads in ``text``, whose :func:`normalise` is ``norm``."""
-    words = _WORD.findall(norm)
-    cjk = 0 if norm.isascii() else len(_CJK_CHAR.findall(norm))
-    entities = tuple(extract_entities(text))
-    if not words and not cjk:  # no cue can match: each has a word or a CJK character
-        return _Part(norm, 0, 0, (), frozenset(), frozenset(), entities)
-    felt = tuple(
-        [
-            weight * _modifier(norm, start, cue, params)
-            for start, cue, weight in params.polarity_lexicon.find(norm, words)
-        ]
-    )
-    marked = params.importance_lexicon.distinct_of(norm, words)
-    hedged = params.confidence_lexicon.distinct_of(norm, words)
-    return _Part(norm, len(words), cjk, felt, marked, hedged, entities)
-
-
-def _finish(parts: list[_Part], params: ScoringParams) -> Analysis:
-    """The analysis of a text from the parts of its sentences, in order: what reading
-    the text at once gives (see :func:`_estimate`), the first ten distinct entities."""
-    entities = parts[0].entities if len(parts) == 1 else _first_entities(parts)
-    return _estimate(parts, len(entities), params), entities
-
-
-def _first_entities(parts: list[_Part], limit: int = 10) -> tuple[str, ...]:
-    """The first ``limit`` distinct (case-folded) entities of the parts, in order."""
-    found: dict[str, str] = {}
-    for part in parts:
-        for entity in part.entities:
-            found.setdefault(entity.casefold(), entity)
-            if len(found) == limit:
-                return tuple(found.values())
-    return tuple(found.values())
-
-
-def _estimate(parts: list[_Part], entities: int, params: ScoringParams) -> Scores:
-    """:func:`score_text` of the text whose parts are ``parts`` and which holds
-    ``entities`` entities: the same floating-point operations in the same order as
-    on the text read at once (the polarities summed in text order; the distinct cues
-    of the text summed by ``math.fsum``, whatever their order; counts added)."""
-    words = sum([part.words for part in parts])
-    cjk = sum([part.cjk for part in parts])
-    if not words and not cjk:
-        return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0))
-    raw = 0.0
-    for part in parts:
-        for term in part.felt:
-            raw += term
-    bangs = sum([part.norm.count("!") for part in parts])
-    sentiment = _sentiment(raw, bangs, params)
-    length = words + cjk / params.cjk_chars_per_word
-    marked = frozenset().union(*[part.marked for part in parts])
-    hedged = frozenset().union(*[part.hedged for part in parts])
-    asks = any("?" in part.norm or "吗" in part.norm for part in parts)
-    return Scores(
-        importance=_importance(marked, entities, length, bangs > 0, sentiment, params),
-        sentiment=sentiment,
-        confidence=_confidence(hedged, asks, params),
-    )
 
 
 def score_turn(

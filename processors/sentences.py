@@ -47,12 +47,26 @@ def sentences_and_gaps(text: str) -> tuple[list[str], list[str]]:
     and after the one before it (whitespace only, maybe empty; ``gaps[0]`` is what
     precedes the first sentence), so that ``text`` is the gaps and sentences
     interleaved, then the whitespace after the last sentence."""
-    parts = _BREAK.split(text)
+    parts = _BREAK.split(text)  # text, end, text, end, ..., text
     parts.append("")
+    pieces = list(map(str.__add__, parts[::2], parts[1::2]))
+    if "\n" in text:
+        return _with_line_breaks(pieces)
+    # each piece but the last ends with its mark: only the last may be blank, and
+    # only the first characters of a piece may be whitespace
+    sentences = list(map(str.strip, pieces))
+    if not sentences[-1]:
+        del sentences[-1], pieces[-1]
+    return sentences, [piece[: len(piece) - len(piece.lstrip())] for piece in pieces]
+
+
+def _with_line_breaks(pieces: list[str]) -> tuple[list[str], list[str]]:
+    """:func:`sentences_and_gaps` of the text cut into ``pieces`` (each a sentence and
+    the whitespace around it, or whitespace only), for any text."""
     sentences: list[str] = []
     gaps: list[str] = []
     gap = ""
-    for piece in map(str.__add__, parts[::2], parts[1::2]):
+    for piece in pieces:
         sentence = piece.strip()
         if not sentence:
             gap += piece

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
+import sys
 import unicodedata
 
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from processors.scoring import (
     _ENTITY_RULES,
     _HAN,
     _RULES_FOR,
+    _STABLE,
     _WIDE_PUNCTUATION,
     _WORD,
     CONFIDENCE_CUES,
@@ -29,11 +32,13 @@ from processors.scoring import (
     Lexicon,
     Scores,
     ScoringParams,
+    _adds_up,
     _all_names,
     _clamp,
     _matches,
     _modifier,
-    _parts,
+    _part,
+    _Parts,
     analyse,
     analyse_turn,
     analysis,
@@ -43,7 +48,7 @@ from processors.scoring import (
     score_turn,
     word_spans,
 )
-from processors.sentences import split_sentences
+from processors.sentences import sentences_and_gaps, split_sentences
 
 CUES = sorted({*IMPORTANCE_MARKERS, *POLARITY, *CONFIDENCE_CUES, *NEGATORS, *INTENSIFIERS})
 PIECES = st.one_of(
@@ -283,12 +288,20 @@ def test_a_text_read_by_sentences_is_the_text_read_at_once(text: str) -> None:
             assert analysis(sentence, params) == _analysis_at_once(sentence, params)
 
 
+def _adds_up_for(text: str, params: ScoringParams = DEFAULT_PARAMS) -> bool:
+    """Whether ``text`` is read sentence by sentence."""
+    sentences, gaps = sentences_and_gaps(text)
+    parts = [_part(sentence, normalise(sentence), params) for sentence in sentences]
+    return _adds_up(text, _Parts(*zip(*parts, strict=True)), gaps)
+
+
 def test_texts_are_read_by_sentences() -> None:
     """The test above is not vacuous: the usual texts are cut, and where a rule reads
     across sentences they are not."""
     assert DEFAULT_PARAMS.reads_apart and CUSTOM.reads_apart and not BROKEN.reads_apart
-    cut = "I love it. You hate it!  我很开心。“Quoted.” Then (Bob) came."
-    assert len(_parts(cut, DEFAULT_PARAMS, {})) == 4  # ."” ends no sentence
+    cut = "I love it. You hate it!  我很开心。“Quoted.” Then (Bob) came. 《三体》好！"
+    assert len(split_sentences(cut)) == 5  # ."” ends no sentence
+    assert _adds_up_for(cut) and _adds_up_for(cut, CUSTOM)
     for whole in (
         "We go in March. 3 of us.",  # a date across sentences
         "He said “Stop. Now.” and left.",  # a quote across sentences
@@ -296,4 +309,46 @@ def test_texts_are_read_by_sentences() -> None:
         "Hi.\u3000May we?",  # nor an ideographic space
         "no end\nMay we",  # a line break alone
     ):
-        assert len(_parts(whole, DEFAULT_PARAMS, {})) == 1, whole
+        assert not _adds_up_for(whole), whole
+
+
+def _second_elements() -> set[str]:
+    """Every character that composes with one before it (the second character of a
+    canonical decomposition, Hangul vowel and trailing jamo)."""
+    found = {chr(c) for c in range(0x1161, 0x1176)} | {chr(c) for c in range(0x11A8, 0x11C3)}
+    for code in range(sys.maxunicode + 1):
+        decomposition = unicodedata.decomposition(chr(code))
+        if decomposition and not decomposition.startswith("<"):
+            pieces = decomposition.split()
+            if len(pieces) == 2:
+                found.add(chr(int(pieces[1], 16)))
+    return found
+
+
+def test_stable_first_characters_leave_nfkc_a_boundary_before_them() -> None:
+    """What :func:`_joined` assumes of a sentence's first character: a starter that
+    composes with nothing before it, whose NFKC starts with such a starter, no space;
+    and of whitespace (around sentences): the same, and NFKC keeps it whitespace."""
+    second = _second_elements()
+
+    def boundary_before(char: str) -> bool:
+        first = unicodedata.normalize("NFKC", char)[:1]
+        return (
+            unicodedata.combining(char) == 0
+            and char not in second
+            and bool(first)
+            and unicodedata.combining(first) == 0
+            and first not in second
+        )
+
+    stable = [chr(c) for c in range(sys.maxunicode + 1) if _STABLE.match(chr(c))]
+    assert len(stable) == 39_169  # the ranges of the class, whole
+    for char in stable:
+        assert boundary_before(char) and not unicodedata.normalize("NFKC", char)[0].isspace()
+    for char in map(chr, range(sys.maxunicode + 1)):
+        if char.isspace():
+            assert boundary_before(char) and unicodedata.normalize("NFKC", char).isspace()
+    for head in "a。.!Ｆ京《":  # and the same by example, after every kind of end
+        for end in [*"a.!?;:。！？；：¨<=", "\u0301", "\u3099", "\u1100", "가"]:
+            nfkc = functools.partial(unicodedata.normalize, "NFKC")
+            assert nfkc(end + head + "\u0301x") == nfkc(end) + nfkc(head + "\u0301x")

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.scoring import DEFAULT_PARAMS, ScoringParams
+from processors.sentences import sentences_and_gaps
 from processors.summary import (
     _WIDE,
     SUMMARISER_NAME,
@@ -200,6 +201,17 @@ def test_split_sentences_is_the_plain_split(text: str) -> None:
     plain = [piece.strip() for piece in _PLAIN_BREAK.split(text) if piece and piece.strip()]
     assert split_sentences(text) == plain
     assert list(iter_sentences(text)) == plain
+
+
+@given(st.one_of(CONTENT, MARKED))
+def test_sentences_and_gaps_interleave_to_the_text(text: str) -> None:
+    sentences, gaps = sentences_and_gaps(text)
+    assert sentences == split_sentences(text)
+    assert len(gaps) == len(sentences)
+    assert all(not gap.strip() for gap in gaps)
+    rebuilt = "".join(gap + sentence for gap, sentence in zip(gaps, sentences, strict=True))
+    assert text.startswith(rebuilt)
+    assert not text[len(rebuilt) :].strip()
 
 
 def _plain_join(texts: list[str]) -> str:
