@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -778,28 +779,35 @@ class ClickHouseHistory:
         if rows:
             self.insert(table, rows, CHANGE_COLUMNS)
 
-    def insert_bodies(self, table: str, coder: Transcoder, bodies: Sequence[bytes]) -> None:
-        """Insert into ``table`` the ``memory_changes`` rows of ``bodies`` (Avro bodies
-        of ``coder``'s schema), transcoded by ClickHouse (:mod:`sinks.transcode`): one
-        ``INSERT … SELECT`` over the batch's container file. chdb reads the file from
-        a temporary path (``file()``); a server reads it from the request's body after
-        the query (``input()``). Raises what the insert raised (a record that does not
-        read fails the whole batch)."""
-        if not bodies:
+    def insert_bodies(
+        self, table: str, groups: Sequence[tuple[Transcoder, Sequence[bytes]]]
+    ) -> None:
+        """Insert into ``table`` the ``memory_changes`` rows of each group's ``bodies``
+        (Avro bodies of its transcoder's schema), transcoded by ClickHouse
+        (:mod:`sinks.transcode`), each group from a container file of its own. chdb reads
+        the files from temporary paths (``file()``), all groups in one ``INSERT …
+        SELECT … UNION ALL …`` (one plan, one part per partition, the groups read in
+        parallel); a server reads one file per insert from the request's body after the
+        query (``input()``). Raises what the insert raised (a record that does not read
+        fails its whole insert)."""
+        groups = [(coder, bodies) for coder, bodies in groups if bodies]
+        if not groups:
             return
-        container = coder.container(bodies)
-        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) SELECT "
-        select = ", ".join(coder.select)
-        structure = literal(coder.structure)
-        if type(self.client).__module__.endswith("_chdbclient"):
-            with tempfile.NamedTemporaryFile(prefix="engram-", suffix=".avro") as f:
-                f.write(container)
-                f.flush()
-                source = f"file({literal(f.name)}, 'Avro', {structure})"
-                self.client.command(f"{head}{select} FROM {source} AS {SOURCE}")
-        else:
-            query = f"{head}{select} FROM input({structure}) AS {SOURCE} FORMAT Avro\n"
-            self.client.raw_insert("", insert_block=query.encode() + container)  # query in body
+        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) "
+        if not type(self.client).__module__.endswith("_chdbclient"):
+            for coder, bodies in groups:
+                select = f"SELECT {', '.join(coder.select)} FROM input({literal(coder.structure)})"
+                query = f"{head}{select} AS {SOURCE} FORMAT Avro\n"
+                self.client.raw_insert("", insert_block=query.encode() + coder.container(bodies))
+            return
+        with tempfile.TemporaryDirectory(prefix="engram-") as folder:
+            selects = []
+            for n, (coder, bodies) in enumerate(groups):
+                path = Path(folder) / f"{n}.avro"
+                path.write_bytes(coder.container(bodies))
+                source = f"file({literal(str(path))}, 'Avro', {literal(coder.structure)})"
+                selects.append(f"SELECT {', '.join(coder.select)} FROM {source} AS {SOURCE}")
+            self.client.command(head + " UNION ALL ".join(selects), settings=INSERT_SETTINGS)
 
     # -- versions (blue/green) ----------------------------------------------
     def _comments(self, table: str) -> dict[str, str]:
