@@ -444,7 +444,6 @@ class ClickHouseProjection:
         self.table = version_table(self.version)
         version = self.version
         self.excluded = await h.call(lambda: h.exclusions(version))
-        await h.call(lambda: h.merges(version, on=False))
         if self.native:
             self.coders = native_coders(self.codec)
 
@@ -571,7 +570,6 @@ class ClickHouseProjection:
         await self.flushed()
         await self.purge()
         await h.call(lambda: h.keep_unexcluded(version))
-        await h.call(lambda: h.merges(version, on=True))
         progress.previous = await h.call(lambda: h.swap_version(version))
         progress.live, progress.building = version, None
         self.table, self.swapped = CHANGES, True  # settle reads into the live table

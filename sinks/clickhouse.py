@@ -703,14 +703,6 @@ class ClickHouseHistory:
         self.client.command(exclusion_ddl(excluded))
         return excluded
 
-    def merges(self, version: int, on: bool, table: str = CHANGES) -> None:
-        """Stop or start the background merges of ``{table}_v{n}``: a version being
-        written by a rebuild is read by nobody but its purges, which no longer mutate
-        it (:meth:`purge_rebuilt` with exclusions), so merging it while it grows only
-        takes CPU from the rebuild; they start again before its swap."""
-        verb = "START" if on else "STOP"
-        self.client.command(f"SYSTEM {verb} MERGES {version_table(version, table)}")
-
     def keep_unexcluded(self, version: int, table: str = CHANGES) -> None:
         """Leave in ``{table}_v{n}`` only the rows its exclusions do not name (a copy
         without them, exchanged with it in one ``EXCHANGE TABLES``), then drop the
