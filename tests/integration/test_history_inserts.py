@@ -14,7 +14,7 @@ from clickhouse_connect.driver.client import Client
 
 from engram.events import make_event
 from schemas import Codec
-from sinks.clickhouse import ClickHouseHistory, SequencedEvent
+from sinks.clickhouse import CHANGES, MIGRATIONS, ClickHouseHistory, SequencedEvent
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +59,28 @@ def test_a_migration_run_forgets_every_type(history: ClickHouseHistory) -> None:
     assert history._types == {}
 
 
+def monthly(statement: str) -> str:
+    """A table's DDL as a history made before the partitions went had it."""
+    return statement.replace("PARTITION BY tuple()", "PARTITION BY toYYYYMM(occurred_at)")
+
+
+def partition_keys(client: Client) -> dict[str, str]:
+    found = client.query(
+        "SELECT name, partition_key FROM system.tables WHERE database = currentDatabase()"
+    )
+    return {str(name): str(key) for name, key in found.result_rows}
+
+
 def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> None:
-    """The history tables are partitioned by month; a backfill of years in one batch
-    is written (ClickHouse's default refuses more than 100 partitions per insert)."""
+    """A history made when the tables were partitioned by month keeps them so; a
+    backfill of years in one batch is written (ClickHouse's default refuses more than
+    100 partitions per insert)."""
     client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/months")
+    for statement in MIGRATIONS[0][1]:
+        client.command(monthly(statement))
     history = ClickHouseHistory(client)
     history.ensure_schema()
+    assert partition_keys(client)["events"] == "toYYYYMM(occurred_at)"
     start = datetime(2010, 1, 15, tzinfo=UTC)
     events = [
         make_event(
@@ -81,3 +97,26 @@ def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> No
     months = client.query("SELECT uniqExact(toYYYYMM(occurred_at)), count() FROM events")
     assert tuple(months.result_rows[0]) == (150, 150)
     client.close()
+
+
+def test_the_history_tables_are_one_partition_and_a_rebuild_drops_the_months(
+    tmp_path: Path,
+) -> None:
+    """A new history's tables are one partition (a read of one agent opens fewer data
+    parts); a new version of ``memory_changes`` has the current layout, whatever the
+    live table's."""
+    fresh = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/fresh")
+    ClickHouseHistory(fresh).ensure_schema()
+    keys = partition_keys(fresh)
+    assert keys["events"] == keys[CHANGES] == "tuple()"
+    fresh.close()
+    old = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/old")
+    for statement in MIGRATIONS[0][1]:
+        old.command(monthly(statement))
+    history = ClickHouseHistory(old)
+    history.ensure_schema()
+    version = history.create_version()
+    keys = partition_keys(old)
+    assert keys[CHANGES] == "toYYYYMM(occurred_at)"
+    assert keys[f"{CHANGES}_v{version}"] == "tuple()"
+    old.close()
