@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
+from pydantic_core import from_json
 from rich.console import Console
 from rich.table import Table
 
@@ -30,10 +31,10 @@ from engram.snapshot import UnknownAgent, episode_record, working_of
 from engram.sqlgate import ReadOnlyViolation, check_read_only
 from processors import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
-from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention
+from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention_of
 from processors.persona import PersonaVersion, SkillRecord
 from processors.working import SUMMARY_ROLE, SessionState
-from schemas import EpisodeBody, FactSetBody, MemoryCreatedBody, Turn, WorkingBody
+from schemas import EpisodeBody, FactSetBody, Turn, WorkingBody
 
 
 def http_client(url: str) -> Client:
@@ -358,51 +359,66 @@ def persona_of(body: str, source_event_id: Any) -> dict[str, Any]:
 def _memory_of(row: Sequence[Any], at: datetime, config: MemoryConfig) -> SnapshotMemory:
     (memory_id, created, user_id, change_at, strength, reinforced, review, reinforcements,
      lapses, invalidated, promoted, ended_at) = row  # fmt: skip
-    body = MemoryCreatedBody.model_validate_json(created)
-    created_at = memory_created_at(body, _aware(change_at), ended_at, config)
-    trace = rebuild_trace(
+    body = from_json(created)  # the sink wrote it from a valid MemoryCreatedBody
+    created_at = memory_created_at(body["kind"], _aware(change_at), ended_at, config)
+    last, clock = trace_clock(
         created_at=created_at,
-        strength_days=float(strength),
         reinforced_at=_aware(reinforced) if reinforcements else None,
         reviewed_at=_aware(review) if reinforcements or lapses else None,
+        params=config.forgetting,
+    )
+    strength_days = float(strength)
+    promoted = bool(promoted) or body["layer"] == "L3"
+    return SnapshotMemory(  # validating in pydantic-core costs half of model_construct
+        memory_id=memory_id,
+        layer="L3" if promoted else body["layer"],
+        kind=body["kind"],
+        importance=body["importance"],
+        sentiment=body["sentiment"],
+        user_id=user_id,
+        created_at=created_at,
+        last_reinforced_at=last,
+        strength_days=strength_days,
         reinforcements=int(reinforcements),
         lapses=int(lapses),
         invalidated=bool(invalidated),
-        params=config.forgetting,
-    )
-    promoted = bool(promoted) or body.layer == "L3"
-    return SnapshotMemory(  # validating in pydantic-core costs half of model_construct
-        memory_id=memory_id,
-        layer="L3" if promoted else body.layer,
-        kind=body.kind,
-        importance=body.importance,
-        sentiment=body.sentiment,
-        user_id=user_id,
-        created_at=created_at,
-        last_reinforced_at=trace.last_reinforced_at,
-        strength_days=trace.strength_days,
-        reinforcements=trace.reinforcements,
-        lapses=trace.lapses,
-        invalidated=trace.invalidated,
         promoted=promoted,
-        retention=retention(trace, at, config.forgetting),
-        text=body.text,
+        retention=retention_of(strength_days, clock, at, config.forgetting),
+        text=body["text"],
     )
 
 
 def memory_created_at(
-    body: MemoryCreatedBody, change_at: datetime, episode_end: str, config: MemoryConfig
+    kind: str, change_at: datetime, episode_end: str, config: MemoryConfig
 ) -> datetime:
-    """When the fold dates a memory (its trace starts there): a turn at its event, an
-    episode at its last turn, a semantic memory at the end of its consolidation window
-    (found from the end of its first source episode)."""
-    if body.kind == "episode" and episode_end:
+    """When the fold dates a memory of ``kind`` (its trace starts there): a turn at its
+    event, an episode at its last turn, a semantic memory at the end of its
+    consolidation window (found from the end of its first source episode)."""
+    if kind == "episode" and episode_end:
         return _parse_moment(episode_end)
-    if body.kind == "semantic" and episode_end:
+    if kind == "semantic" and episode_end:
         window = Consolidation(ConsolidationState(), config.consolidation, config.scoring)
         size = timedelta(seconds=config.consolidation.window_s)
         return window.window_start(_parse_moment(episode_end)) + size
     return change_at
+
+
+def trace_clock(
+    *,
+    created_at: datetime,
+    reinforced_at: datetime | None,
+    reviewed_at: datetime | None,
+    params: ForgettingParams,
+) -> tuple[datetime, datetime]:
+    """A memory's last reinforcement (its creation if none) and the moment its
+    retention counts from, from its changes: times never go back (a late review takes
+    effect at the latest one); a weakening moves only an FSRS card's last review, from
+    which that curve counts (:func:`processors.forgetting.retention_of` of the trace's
+    strength at this moment is the retention of :func:`rebuild_trace`'s trace)."""
+    last = max(created_at, reinforced_at or created_at)
+    if params.curve == "fsrs":
+        return last, max(last, reviewed_at or last)
+    return last, last
 
 
 def rebuild_trace(
@@ -416,13 +432,13 @@ def rebuild_trace(
     invalidated: bool,
     params: ForgettingParams,
 ) -> Trace:
-    """The forgetting trace of a memory from its changes: times never go back (a late
-    review takes effect at the latest one), a weakening moves only an FSRS card's
-    last review; the FSRS card holds what retrievability reads (stability, last review)."""
-    last = max(created_at, reinforced_at or created_at)
+    """The forgetting trace of a memory from its changes (:func:`trace_clock`); the FSRS
+    card holds what retrievability reads (stability, last review)."""
+    last, review = trace_clock(
+        created_at=created_at, reinforced_at=reinforced_at, reviewed_at=reviewed_at, params=params
+    )
     card = None
     if params.curve == "fsrs":
-        review = max(last, reviewed_at or last)
         card = FsrsCard(
             card_id=0, state=2, step=None, stability=strength_days, difficulty=None,
             due=review, last_review=review,
