@@ -90,40 +90,41 @@ def run_sql(
 _AS_OF = "agent_id = {a:String} AND occurred_at <= {t:DateTime64(3, 'UTC')}"
 
 _MEMORIES = """
-SELECT key, created, owner, created_change_at, strength, last_reinforced, last_review,
+SELECT item, created, owner, created_change_at, strength, last_reinforced, last_review,
        reinforcements, lapses, invalidated, promoted, ended_at, anchor, made AND NOT gone
 FROM (
     SELECT
-        if(type = 'episode.closed', JSONExtractString(body, 'episode_id'), memory_id) AS key,
+        item,
         argMaxIf(body, (seq, idx), type = 'memory.created') AS created,
         argMaxIf(user_id, (seq, idx), type = 'memory.created') AS owner,
         argMaxIf(occurred_at, (seq, idx), type = 'memory.created') AS created_change_at,
-        argMaxIf(JSONExtractRaw(body, 'strength'), (seq, idx),
+        argMaxIf(strength, (seq, idx),
                  type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
         maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
         maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
         uniqExactIf((seq, idx), type = 'memory.reinforced') AS reinforcements,
         uniqExactIf((seq, idx), type = 'memory.weakened') AS lapses,
-        maxIf(JSONExtractBool(body, 'invalidated'), type = 'memory.weakened') AS invalidated,
+        max(invalidated) AS invalidated,
         countIf(type = 'memory.promoted') > 0 AS promoted,
-        anyIf(JSONExtractString(body, 'ended_at'), type = 'episode.closed') AS ended_at,
-        if(JSONExtractString(created, 'kind') = 'semantic',
-           JSONExtractString(created, 'sources', 1), key) AS anchor,
+        max(episode_end) AS ended_at,
+        argMaxIf(anchor, (seq, idx), type = 'memory.created') AS anchor,
         countIf(type = 'memory.created') > 0 AS made,
         countIf(type = 'memory.forgotten') > 0 AS gone
     FROM changes
     WHERE type = 'episode.closed' OR (memory_id != '' AND type IN (
         'memory.created', 'memory.reinforced', 'memory.weakened', 'memory.promoted',
         'memory.forgotten'))
-    GROUP BY key
+    GROUP BY item
 )
 WHERE (made AND NOT gone) OR ended_at != ''"""
 """In one pass, grouped by memory (an episode's ``episode.closed`` with the memory of
-the episode, keyed by its id): the memories created and not forgotten by T (the last
-column true) with what their retention needs: the latest strength, the
-reinforcements and lapses, and the memory's anchor, the episode whose end dates it
-(its own, or the first source episode of a semantic memory); and every episode closed
-by T with its end (:func:`_memories` joins the anchors to them)."""
+the episode, whose ``item`` is the episode's id): the memories created and not
+forgotten by T (the last column true) with what their retention needs: the latest
+strength, the reinforcements and lapses, and the memory's anchor, the episode whose end
+dates it (its own, or the first source episode of a semantic memory); and every episode
+closed by T with its end (:func:`_memories` joins the anchors to them). ``item``,
+``strength``, ``invalidated``, ``episode_end`` and ``anchor`` are columns ClickHouse
+computed from each body when the row was written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
 
 _LATEST = """
 SELECT type, seq, idx, session_id, user_id, body, source_event_id
@@ -131,12 +132,7 @@ FROM (
     SELECT
         type, seq, idx, session_id, user_id, body, source_event_id,
         dense_rank() OVER (
-            PARTITION BY type, multiIf(
-                type = 'fact.set',
-                concat(JSONExtractString(body, 'namespace'), char(0),
-                       JSONExtractString(body, 'key')),
-                type = 'skill.updated', JSONExtractString(body, 'name'),
-                '')
+            PARTITION BY type, if(type IN ('fact.set', 'skill.updated'), item, '')
             ORDER BY seq DESC, idx DESC
         ) AS rank
     FROM changes
@@ -146,24 +142,23 @@ FROM (
 )
 WHERE rank <= if(type = 'episode.closed', {n:UInt32}, 1)"""
 """In one pass: the persona version in force at T, the latest ``fact.set`` of every
-key (a null value: retracted), every skill's latest record and the latest ``n``
-episodes closed by T (of one user when given)."""
+key (a null value: retracted; ``item`` is the namespace and key), every skill's latest
+record (``item``: its name) and the latest ``n`` episodes closed by T (of one user when
+given)."""
 
 _WORKING = """
-SELECT seq, idx, session_id, occurred_at, body, position(body, '"added":[]') > 0 AS blank,
+SELECT seq, idx, session_id, occurred_at, body, blank,
        at_key > greatest(own_reset, expired_at) AS after_reset
 FROM (
     SELECT
-        seq, idx, session_id, occurred_at, body, own, at_key,
-        max(if(own AND position(body, '"cleared":true') > 0, at_key, 0))
-            OVER (PARTITION BY sid) AS own_reset,
+        seq, idx, session_id, occurred_at, body, blank, own, at_key,
+        max(if(own AND cleared, at_key, 0)) OVER (PARTITION BY sid) AS own_reset,
         max(if(own, 0, at_key)) OVER (PARTITION BY sid) AS expired_at
     FROM (
         SELECT
-            seq, idx, session_id, occurred_at, body, bitShiftLeft(seq, 16) + idx AS at_key,
-            session_id IS NOT NULL AS own,
-            arrayJoin(if(own, [assumeNotNull(session_id)],
-                         JSONExtract(body, 'expired', 'Array(String)'))) AS sid
+            seq, idx, session_id, occurred_at, body, blank, cleared,
+            bitShiftLeft(seq, 16) + idx AS at_key, session_id IS NOT NULL AS own,
+            arrayJoin(if(own, [assumeNotNull(session_id)], expired)) AS sid
         FROM changes
         WHERE type = 'working.updated'
     )
@@ -175,16 +170,16 @@ was last cleared (at its end, an idle expiry listed by a session-less delta, or 
 reopening). The delta that cleared it comes with ``after_reset`` false and whether it
 added no turn (``blank``): such a delta matters only when a ``session.started`` or
 ``working.set`` made it (:func:`_deltas`: the one thing a delta cannot tell, a cleared
-session that such an event opened afresh). A body is compact JSON
-(``model_dump_json``), where ``"cleared":true`` and ``"added":[]`` can only be the
-top-level fields (quotes inside strings are escaped), so a substring test stands for
-parsing it."""
+session that such an event opened afresh). ``cleared``, ``blank`` and ``expired``
+(the sessions an idle expiry cleared) are computed from each body when the row was
+written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
 
 SNAPSHOT_SQL = f"""
 WITH
     changes AS (
         SELECT seq, idx, type, session_id, user_id, occurred_at, memory_id, body,
-               source_event_id
+               source_event_id, item, strength, invalidated, episode_end, anchor, cleared,
+               blank, expired
         FROM memory_changes
         WHERE {_AS_OF}
     ),

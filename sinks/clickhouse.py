@@ -66,6 +66,54 @@ from sinks.clickhouse_erasure import INSERT_SETTINGS, agent_waves, purge, purge_
 
 T = TypeVar("T")
 
+READ_COLUMNS = (
+    # the memory, episode, fact (namespace NUL key) or skill a change is about
+    """item String MATERIALIZED multiIf(
+        type = 'episode.closed', JSONExtractString(body, 'episode_id'),
+        type = 'fact.set',
+        concat(JSONExtractString(body, 'namespace'), char(0), JSONExtractString(body, 'key')),
+        type = 'skill.updated', JSONExtractString(body, 'name'),
+        memory_id)""",
+    # a memory's strength (S) after its creation, reinforcement or weakening, as written
+    """strength String MATERIALIZED if(
+        type IN ('memory.created', 'memory.reinforced', 'memory.weakened'),
+        JSONExtractRaw(body, 'strength'), '')""",
+    """invalidated Bool MATERIALIZED
+        type = 'memory.weakened' AND JSONExtractBool(body, 'invalidated')""",
+    """episode_end String MATERIALIZED
+        if(type = 'episode.closed', JSONExtractString(body, 'ended_at'), '')""",
+    # the episode whose end dates a new memory: a semantic one's first source, else its own
+    """anchor String MATERIALIZED if(type = 'memory.created',
+        if(JSONExtractString(body, 'kind') = 'semantic',
+           JSONExtractString(body, 'sources', 1), memory_id), '')""",
+    # a working-memory delta's top-level flags (bodies are compact JSON, where these
+    # substrings can only be the fields themselves) and the sessions a tick expired
+    """cleared Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"cleared":true') > 0""",
+    """blank Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"added":[]') > 0""",
+    """expired Array(String) MATERIALIZED
+        if(type = 'working.updated', JSONExtract(body, 'expired', 'Array(String)'), [])""",
+)
+"""Columns of ``memory_changes`` that ClickHouse computes from each row's ``body`` as the
+row is written (``MATERIALIZED``: never inserted, left out of ``SELECT *``), so the
+second road of time travel (:mod:`engram.history`) reads small columns instead of
+parsing every body of an agent at each query. Every writer of the table (the sink, a
+rebuild, an erasure's rewrite) gets them alike; rows written before the columns are
+computed when read."""
+
+
+def add_read_columns(table: str) -> str:
+    """The statement that gives ``table`` (a version of ``memory_changes``) the
+    :data:`READ_COLUMNS` it lacks."""
+    return f"ALTER TABLE {table} " + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {column}" for column in READ_COLUMNS
+    )
+
+
+READ_COLUMNS_VERSION = 8
+"""The migration that adds :data:`READ_COLUMNS` (to the versions on disk too)."""
+
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
         1,
@@ -319,6 +367,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY (request_id, agent_id)""",
         ),
     ),
+    (READ_COLUMNS_VERSION, (add_read_columns("memory_changes"),)),
 )
 
 VECTOR_POINTS = "vector points"
@@ -598,6 +647,9 @@ class ClickHouseHistory:
                 continue
             for statement in statements:
                 self.client.command(statement)
+            if version == READ_COLUMNS_VERSION:  # a version may be swapped in later
+                for kept in sorted(self.table_versions()):
+                    self.client.command(add_read_columns(version_table(kept)))
             self.client.insert(
                 "engram_ddl", [[version, datetime.now(UTC)]], column_names=["version", "applied_at"]
             )
