@@ -374,6 +374,10 @@ def _memory_of(row: Sequence[Any], at: datetime, config: MemoryConfig) -> Snapsh
     )
 
 
+_NO_WINDOWS = ConsolidationState()
+"""The consolidation state whose windows :func:`memory_created_at` only measures."""
+
+
 def memory_created_at(
     kind: str, change_at: datetime, episode_end: str, config: MemoryConfig
 ) -> datetime:
@@ -383,7 +387,7 @@ def memory_created_at(
     if kind == "episode" and episode_end:
         return _parse_moment(episode_end)
     if kind == "semantic" and episode_end:
-        window = Consolidation(ConsolidationState(), config.consolidation, config.scoring)
+        window = Consolidation(_NO_WINDOWS, config.consolidation, config.scoring)
         size = timedelta(seconds=config.consolidation.window_s)
         return window.window_start(_parse_moment(episode_end)) + size
     return change_at
