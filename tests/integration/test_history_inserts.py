@@ -111,7 +111,7 @@ def test_the_history_tables_are_one_partition_and_a_rebuild_drops_the_months(
 ) -> None:
     """A new history's tables are one partition (a read of one agent opens fewer data
     parts); a new version of ``memory_changes`` has the current layout, whatever the
-    live table's."""
+    live table's, and the live table's read columns."""
     fresh = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/fresh")
     ClickHouseHistory(fresh).ensure_schema()
     keys = partition_keys(fresh)
@@ -126,6 +126,8 @@ def test_the_history_tables_are_one_partition_and_a_rebuild_drops_the_months(
     keys = partition_keys(old)
     assert keys[CHANGES] == "toYYYYMM(occurred_at)"
     assert keys[f"{CHANGES}_v{version}"] == "tuple()"
+    described = old.query(f"DESCRIBE TABLE {CHANGES}_v{version}").result_rows
+    assert ("item", "MATERIALIZED") in {(str(row[0]), str(row[2])) for row in described}
     old.close()
 
 
