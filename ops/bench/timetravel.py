@@ -333,6 +333,7 @@ def main(argv: list[str] | None = None) -> None:
                 two = history_snapshot(client, agent_id, as_of=moment)
                 if comparable(one) != comparable(two):
                     raise SystemExit(f"the roads disagree as of {moment.isoformat()}")
+            parts = _parts(client)
             reference = _timed(lambda: client.query("SELECT count() FROM events"), len(samples))
             sql: list[float] = []
             replay: list[float] = []
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
             api.close()
         kept = stack.count(f"SELECT count() FROM agent_checkpoints WHERE agent_id = '{agent_id}'")
         print(f"checkpoints kept by position: {kept}")
+        print(f"data parts when timing began: {parts}")
         print(f"load average before timing: {os.getloadavg()[0]:.2f} (1 min)")
         print(_summary("reference: count() events", reference))
         print("through the ClickHouse endpoint of engram up (a reader's client):")
@@ -359,6 +361,16 @@ def main(argv: list[str] | None = None) -> None:
         client.close()
     finally:
         stack.stop()
+
+
+def _parts(client: Any) -> str:
+    """How many active data parts ``events`` and ``memory_changes`` have (a read of one
+    agent costs chdb a fixed amount per part it opens)."""
+    rows = client.query(
+        "SELECT table, count() FROM system.parts WHERE active AND database = currentDatabase()"
+        " AND table IN ('events', 'memory_changes') GROUP BY table ORDER BY table"
+    ).result_rows
+    return ", ".join(f"{table} {count}" for table, count in rows)
 
 
 def _get(api: httpx.Client, path: str, params: dict[str, str]) -> None:
