@@ -17,7 +17,8 @@ reference in the same run is a plain ``SELECT count() FROM events`` on the reade
 client. The two roads' answers are checked against each other before they are timed.
 Timing starts once the stack has settled (every new memory embedded, so the worker's
 embedding and vector agents are idle) unless ``--no-settle``: a snapshot is then
-measured alone, not against the tail of the ingest.
+measured alone, not against the tail of the ingest. Each timed call starts after a
+garbage collection of this process (:func:`_timed`).
 
 Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 """
@@ -25,6 +26,7 @@ Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import statistics
@@ -260,8 +262,13 @@ def comparable(snapshot: Any) -> dict[str, Any]:
 
 
 def _timed(fn: Callable[[], Any], runs: int) -> list[float]:
+    """Wall time of each of ``runs`` calls of ``fn``, in ms. Each call starts after a
+    full garbage collection (not timed), so it pays for its own garbage and not for the
+    previous call's: this process holds a large heap (the generated history, road 1's
+    replays), and a collection of it took 150-260 ms inside road 2's calls."""
     out = []
     for _ in range(runs):
+        gc.collect()
         began = time.perf_counter()
         fn()
         out.append((time.perf_counter() - began) * 1000)
