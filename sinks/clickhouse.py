@@ -24,14 +24,15 @@ the agent's history before the write returns (:mod:`sinks.clickhouse_erasure`) a
 records a receipt in ``erasures`` (one per request and agent, counts only); the view
 ``erased_subjects`` is what analysts see of an erased subject: counted, and empty.
 
-Layout: ``events`` and ``memory_changes`` are ordered by agent and sequence, in one
-partition (``PARTITION BY tuple()``). A read of one agent (a snapshot, the second road
-of time travel) costs chdb a fixed amount for each data part it opens, and a partition
-per month kept the parts of different months apart: one agent's 8 months lay in 29
-parts, and the second road's query over all of them took 85 ms against 47 ms over one
-part. Tables made before keep their monthly partitions (ClickHouse cannot change a
-partition key in place); ``engram rebuild clickhouse`` writes a new version of
-``memory_changes`` in the current layout (:data:`VERSION_ENGINES`).
+Layout: ``events`` and ``memory_changes`` are ordered by agent and sequence. ``events``,
+the raw log's archive, is partitioned by month (old months can be moved or dropped
+whole); ``memory_changes`` is one partition (``PARTITION BY tuple()``): a read of one
+agent (a snapshot, the second road of time travel) costs chdb a fixed amount for each
+data part it opens, and a partition per month kept the parts of different months apart
+(one agent's 8 months lay in 29 parts; the second road's query over all of them took
+85 ms against 47 ms over one part). A ``memory_changes`` made before keeps its monthly
+partitions (ClickHouse cannot change a partition key in place); ``engram rebuild
+clickhouse`` writes its new version in the current layout (:data:`VERSION_ENGINES`).
 
 Versions (blue/green rebuilds of ``memory_changes``): the live table keeps its name
 (the views read it by name); a rebuild fills ``memory_changes_v{n}``, created empty
@@ -140,7 +141,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 body String,
                 payload String
             ) ENGINE = ReplacingMergeTree(seq)
-            PARTITION BY tuple()
+            PARTITION BY toYYYYMM(occurred_at)
             ORDER BY (agent_id, seq)""",
             """CREATE TABLE IF NOT EXISTS memory_changes (
                 agent_id String,

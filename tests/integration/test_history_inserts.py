@@ -106,16 +106,18 @@ def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> No
     client.close()
 
 
-def test_the_history_tables_are_one_partition_and_a_rebuild_drops_the_months(
+def test_memory_changes_are_one_partition_and_a_rebuild_drops_the_months(
     tmp_path: Path,
 ) -> None:
-    """A new history's tables are one partition (a read of one agent opens fewer data
-    parts); a new version of ``memory_changes`` has the current layout, whatever the
-    live table's, and the live table's read columns."""
+    """A new history's memory changes are one partition (a read of one agent opens
+    fewer data parts), its archive of events is partitioned by month; a new version of
+    ``memory_changes`` has the current layout, whatever the live table's, and the live
+    table's read columns."""
     fresh = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/fresh")
     ClickHouseHistory(fresh).ensure_schema()
     keys = partition_keys(fresh)
-    assert keys["events"] == keys[CHANGES] == "tuple()"
+    assert keys[CHANGES] == "tuple()"
+    assert keys["events"] == "toYYYYMM(occurred_at)"
     fresh.close()
     old = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/old")
     for statement in MIGRATIONS[0][1]:
