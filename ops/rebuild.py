@@ -510,27 +510,40 @@ class ClickHouseProjection:
     def insert_native(
         self, table: str, rows: list[list[Any]], groups: dict[bytes, list[bytes]]
     ) -> None:
-        """Insert the rows, then each group through its transcoder; a group ClickHouse
-        refuses (bytes that do not read) takes the Python road instead, whose reader
-        logs and skips what does not decode as a rebuild always did (what the refused
-        insert wrote before failing is written again alike: the table keeps one of
-        each)."""
+        """Insert the rows, then the groups through their transcoders, all in one
+        insert; if ClickHouse refuses it (bytes that do not read), group by group, and
+        a group it refuses takes the Python road, whose reader logs and skips what does
+        not decode as a rebuild always did (what a refused insert wrote before failing
+        is written again alike: the table keeps one of each)."""
         h = self.history
         h.insert_change_rows(table, rows)
-        for fp, bodies in groups.items():
-            coder = self.coders[fp]
+        coded = [(self.coders[fp], bodies) for fp, bodies in groups.items()]
+        try:
+            h.insert_bodies(table, coded)
+            return
+        except Exception as error:
+            if len(coded) == 1:
+                self.python_road(table, *coded[0], error)
+                return
+        for coder, bodies in coded:
             try:
-                h.insert_bodies(table, coder, bodies)
+                h.insert_bodies(table, [(coder, bodies)])
             except Exception as error:
-                log.warning(
-                    "ClickHouse did not read %d %s records (%s): taking the Python road",
-                    len(bodies),
-                    coder.event_type,
-                    str(error).splitlines()[0][:200],
-                )
-                header = MAGIC + fp
-                values = [header + body for body in bodies]
-                h.insert_change_rows(table, change_rows(self.codec, values).rows)
+                self.python_road(table, coder, bodies, error)
+
+    def python_road(
+        self, table: str, coder: Transcoder, bodies: list[bytes], error: Exception
+    ) -> None:
+        """Write ``bodies`` by :func:`change_rows` after ClickHouse refused them."""
+        log.warning(
+            "ClickHouse did not read %d %s records (%s): taking the Python road",
+            len(bodies),
+            coder.event_type,
+            str(error).splitlines()[0][:200],
+        )
+        header = MAGIC + coder.fingerprint
+        values = [header + body for body in bodies]
+        self.history.insert_change_rows(table, change_rows(self.codec, values).rows)
 
     async def purge(self) -> None:
         """Run the pending purges on ``table``, once every row read before them is in."""

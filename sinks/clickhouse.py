@@ -24,6 +24,16 @@ the agent's history before the write returns (:mod:`sinks.clickhouse_erasure`) a
 records a receipt in ``erasures`` (one per request and agent, counts only); the view
 ``erased_subjects`` is what analysts see of an erased subject: counted, and empty.
 
+Layout: ``events`` and ``memory_changes`` are ordered by agent and sequence. ``events``,
+the raw log's archive, is partitioned by month (old months can be moved or dropped
+whole); ``memory_changes`` is one partition (``PARTITION BY tuple()``): a read of one
+agent (a snapshot, the second road of time travel) costs chdb a fixed amount for each
+data part it opens, and a partition per month kept the parts of different months apart
+(one agent's 8 months lay in 29 parts; the second road's query over all of them took
+85 ms against 47 ms over one part). A ``memory_changes`` made before keeps its monthly
+partitions (ClickHouse cannot change a partition key in place); ``engram rebuild
+clickhouse`` writes its new version in the current layout (:data:`VERSION_ENGINES`).
+
 Versions (blue/green rebuilds of ``memory_changes``): the live table keeps its name
 (the views read it by name); a rebuild fills ``memory_changes_v{n}``, created empty
 with the live table's structure, then swaps it in with one ``EXCHANGE TABLES``
@@ -44,6 +54,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -65,6 +76,54 @@ from sinks.clickhouse_erasure import (
 from sinks.transcode import SOURCE, Transcoder, literal
 
 T = TypeVar("T")
+
+READ_COLUMNS = (
+    # the memory, episode, fact (namespace NUL key) or skill a change is about
+    """item String MATERIALIZED multiIf(
+        type = 'episode.closed', JSONExtractString(body, 'episode_id'),
+        type = 'fact.set',
+        concat(JSONExtractString(body, 'namespace'), char(0), JSONExtractString(body, 'key')),
+        type = 'skill.updated', JSONExtractString(body, 'name'),
+        memory_id)""",
+    # a memory's strength (S) after its creation, reinforcement or weakening, as written
+    """strength String MATERIALIZED if(
+        type IN ('memory.created', 'memory.reinforced', 'memory.weakened'),
+        JSONExtractRaw(body, 'strength'), '')""",
+    """invalidated Bool MATERIALIZED
+        type = 'memory.weakened' AND JSONExtractBool(body, 'invalidated')""",
+    """episode_end String MATERIALIZED
+        if(type = 'episode.closed', JSONExtractString(body, 'ended_at'), '')""",
+    # the episode whose end dates a new memory: a semantic one's first source, else its own
+    """anchor String MATERIALIZED if(type = 'memory.created',
+        if(JSONExtractString(body, 'kind') = 'semantic',
+           JSONExtractString(body, 'sources', 1), memory_id), '')""",
+    # a working-memory delta's top-level flags (bodies are compact JSON, where these
+    # substrings can only be the fields themselves) and the sessions a tick expired
+    """cleared Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"cleared":true') > 0""",
+    """blank Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"added":[]') > 0""",
+    """expired Array(String) MATERIALIZED
+        if(type = 'working.updated', JSONExtract(body, 'expired', 'Array(String)'), [])""",
+)
+"""Columns of ``memory_changes`` that ClickHouse computes from each row's ``body`` as the
+row is written (``MATERIALIZED``: never inserted, left out of ``SELECT *``), so the
+second road of time travel (:mod:`engram.history`) reads small columns instead of
+parsing every body of an agent at each query. Every writer of the table (the sink, a
+rebuild, an erasure's rewrite) gets them alike; rows written before the columns are
+computed when read."""
+
+
+def add_read_columns(table: str) -> str:
+    """The statement that gives ``table`` (a version of ``memory_changes``) the
+    :data:`READ_COLUMNS` it lacks."""
+    return f"ALTER TABLE {table} " + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {column}" for column in READ_COLUMNS
+    )
+
+
+READ_COLUMNS_VERSION = 8
+"""The migration that adds :data:`READ_COLUMNS` (to the versions on disk too)."""
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -98,7 +157,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 memory_id String,
                 body String
             ) ENGINE = ReplacingMergeTree(seq)
-            PARTITION BY toYYYYMM(occurred_at)
+            PARTITION BY tuple()
             ORDER BY (agent_id, seq, idx)""",
         ),
     ),
@@ -319,6 +378,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY (request_id, agent_id)""",
         ),
     ),
+    (READ_COLUMNS_VERSION, (add_read_columns("memory_changes"),)),
 )
 
 VECTOR_POINTS = "vector points"
@@ -443,6 +503,13 @@ class SequencedEvent:
 CHANGES = "memory_changes"
 """The live table of memory changes (the projection ``engram rebuild clickhouse`` rebuilds)."""
 _VERSION_COMMENT = re.compile(r"^engram version ([1-9][0-9]*)$")
+
+
+VERSION_ENGINES = {
+    CHANGES: "ReplacingMergeTree(seq) PARTITION BY tuple() ORDER BY (agent_id, seq, idx)"
+}
+"""The engine of a new version of a versioned table: its current layout, whatever the
+live table's (one made before the partitions went keeps them until it is rebuilt)."""
 
 
 def version_table(version: int, table: str = CHANGES) -> str:
@@ -596,6 +663,9 @@ class ClickHouseHistory:
                 continue
             for statement in statements:
                 self.client.command(statement)
+            if version == READ_COLUMNS_VERSION:  # a version may be swapped in later
+                for kept in sorted(self.table_versions()):
+                    self.client.command(add_read_columns(version_table(kept)))
             self.client.insert(
                 "engram_ddl", [[version, datetime.now(UTC)]], column_names=["version", "applied_at"]
             )
@@ -778,28 +848,35 @@ class ClickHouseHistory:
         if rows:
             self.insert(table, rows, CHANGE_COLUMNS)
 
-    def insert_bodies(self, table: str, coder: Transcoder, bodies: Sequence[bytes]) -> None:
-        """Insert into ``table`` the ``memory_changes`` rows of ``bodies`` (Avro bodies
-        of ``coder``'s schema), transcoded by ClickHouse (:mod:`sinks.transcode`): one
-        ``INSERT … SELECT`` over the batch's container file. chdb reads the file from
-        a temporary path (``file()``); a server reads it from the request's body after
-        the query (``input()``). Raises what the insert raised (a record that does not
-        read fails the whole batch)."""
-        if not bodies:
+    def insert_bodies(
+        self, table: str, groups: Sequence[tuple[Transcoder, Sequence[bytes]]]
+    ) -> None:
+        """Insert into ``table`` the ``memory_changes`` rows of each group's ``bodies``
+        (Avro bodies of its transcoder's schema), transcoded by ClickHouse
+        (:mod:`sinks.transcode`), each group from a container file of its own. chdb reads
+        the files from temporary paths (``file()``), all groups in one ``INSERT …
+        SELECT … UNION ALL …`` (one plan, one part per partition, the groups read in
+        parallel); a server reads one file per insert from the request's body after the
+        query (``input()``). Raises what the insert raised (a record that does not read
+        fails its whole insert)."""
+        groups = [(coder, bodies) for coder, bodies in groups if bodies]
+        if not groups:
             return
-        container = coder.container(bodies)
-        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) SELECT "
-        select = ", ".join(coder.select)
-        structure = literal(coder.structure)
-        if type(self.client).__module__.endswith("_chdbclient"):
-            with tempfile.NamedTemporaryFile(prefix="engram-", suffix=".avro") as f:
-                f.write(container)
-                f.flush()
-                source = f"file({literal(f.name)}, 'Avro', {structure})"
-                self.client.command(f"{head}{select} FROM {source} AS {SOURCE}")
-        else:
-            query = f"{head}{select} FROM input({structure}) AS {SOURCE} FORMAT Avro\n"
-            self.client.raw_insert("", insert_block=query.encode() + container)  # query in body
+        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) "
+        if not type(self.client).__module__.endswith("_chdbclient"):
+            for coder, bodies in groups:
+                select = f"SELECT {', '.join(coder.select)} FROM input({literal(coder.structure)})"
+                query = f"{head}{select} AS {SOURCE} FORMAT Avro\n"
+                self.client.raw_insert("", insert_block=query.encode() + coder.container(bodies))
+            return
+        with tempfile.TemporaryDirectory(prefix="engram-") as folder:
+            selects = []
+            for n, (coder, bodies) in enumerate(groups):
+                path = Path(folder) / f"{n}.avro"
+                path.write_bytes(coder.container(bodies))
+                source = f"file({literal(str(path))}, 'Avro', {literal(coder.structure)})"
+                selects.append(f"SELECT {', '.join(coder.select)} FROM {source} AS {SOURCE}")
+            self.client.command(head + " UNION ALL ".join(selects), settings=INSERT_SETTINGS)
 
     # -- versions (blue/green) ----------------------------------------------
     def _comments(self, table: str) -> dict[str, str]:
@@ -852,16 +929,19 @@ class ClickHouseHistory:
         return dropped
 
     def create_version(self, table: str = CHANGES) -> int:
-        """A new, empty version of ``table`` with its structure; returns its number.
-        The live table is stamped with its version first, if it has none."""
+        """A new, empty version of ``table`` with its columns, in the layout of
+        :data:`VERSION_ENGINES`; returns its number. The live table is stamped with its
+        version first, if it has none."""
         live = self.live_version(table)
         if _comment_version(self._comments(table)[table]) is None:
             self.client.command(f"ALTER TABLE {table} MODIFY COMMENT '{version_comment(live)}'")
         taken = [live, *self.table_versions(table)]
         version = max(taken) + 1
+        engine = VERSION_ENGINES.get(table)
         self.client.command(
             f"CREATE TABLE {version_table(version, table)} AS {table}"
-            f" COMMENT '{version_comment(version)}'"
+            + (f" ENGINE = {engine}" if engine else "")
+            + f" COMMENT '{version_comment(version)}'"
         )
         return version
 

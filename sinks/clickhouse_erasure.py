@@ -41,9 +41,10 @@ from clickhouse_connect.driver.client import Client
 from schemas import FactSetBody, PersonaVersionBody, SubjectErased
 
 INSERT_SETTINGS = {"max_partitions_per_insert_block": 0}
-"""A batch of events may span any number of months (the tables are partitioned by the
-month of ``occurred_at``): a backfill or an import of years of history must not fail
-the write for ever (ClickHouse refuses more than 100 partitions per insert by default)."""
+"""A batch of events may span any number of months (the tables of a history made before
+they lost their partition key are partitioned by the month of ``occurred_at``): a
+backfill or an import of years of history must not fail the write for ever (ClickHouse
+refuses more than 100 partitions per insert by default)."""
 DELETE_SYNC = {"lightweight_deletes_sync": 2}
 """A lightweight DELETE returns once the rows are gone (on every replica, on a server)."""
 CHECKPOINT_TABLES = ("agent_states", "agent_checkpoints")

@@ -151,16 +151,19 @@ async def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, Progress]:
+def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, float, Progress]:
+    """Wall seconds, CPU seconds of this process (every thread: the reader, chdb's and
+    the writers') and the progress of one rebuild of ``topic``."""
     progress = Progress(
         "clickhouse" if isinstance(projection, ClickHouseProjection) else "vectors", False
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     status = asyncio.run(rebuild(projection, LogReader(bootstrap, topic), progress))
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     if status.state != "done":
         raise RuntimeError(f"rebuild ended {status.state}: {status.error}")
-    return elapsed, progress
+    return elapsed, cpu, progress
 
 
 def bench_clickhouse(
@@ -171,7 +174,7 @@ def bench_clickhouse(
     client = clickhouse_connect.get_client(dsn=f"chdb://{home / 'clickhouse'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
-    elapsed, progress = timed_rebuild(
+    elapsed, cpu, progress = timed_rebuild(
         ClickHouseProjection(history, settle_s=0), bootstrap, CHANGES_TOPIC
     )
     rows = int(client.query("SELECT count() FROM memory_changes").result_rows[0][0])
@@ -192,6 +195,7 @@ def bench_clickhouse(
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
         "rebuild_events_per_s": round(n / elapsed),
+        "rebuild_cpu_us_per_event": round(cpu / n * 1e6, 1),
         "raw_consume_per_s": round(n / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
         "decode_alone_per_s": round(n / decode_s),
@@ -210,7 +214,7 @@ def bench_vectors(
     index = EdgeIndex(home / "vectors")
     index.ensure(dims)
     try:
-        elapsed, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
+        elapsed, cpu, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
         rebuilt = index.points()
         live = index.live_version()
         store_s = upsert_floor(index, rebuilt)
@@ -229,6 +233,7 @@ def bench_vectors(
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
         "rebuild_points_per_s": round(points / elapsed),
+        "rebuild_cpu_us_per_point": round(cpu / points * 1e6, 1),
         "rebuild_records_per_s": round(len(records) / elapsed),
         "raw_consume_records_per_s": round(len(records) / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic_core import to_json
 
-from ops.rebuild import FAST_TYPES, native_coders
-from schemas import Codec, DerivedEvent
+from ops.rebuild import FAST_TYPES, ClickHouseProjection, change_rows, native_coders
+from schemas import Codec, DerivedEvent, FactSet, MemoryCreated
 from sinks.clickhouse import CHANGE_COLUMNS, ClickHouseHistory, record_row
 from sinks.transcode import Transcoder, Unsupported, column_type, json_sql, literal, transcoder
 from tests.unit.test_schemas_roundtrip import model_strategy
@@ -100,7 +100,7 @@ def test_clickhouse_writes_the_rows_the_python_road_writes(
     history.insert_change_rows("by_python", python_rows)
     coder = BY_TYPE[event_type.TYPE]
     assert all(v[2:10] == coder.fingerprint for v in values)
-    history.insert_bodies("by_clickhouse", coder, [v[10:] for v in values])
+    history.insert_bodies("by_clickhouse", [(coder, [v[10:] for v in values])])
     assert rows(client, "by_clickhouse") == rows(client, "by_python")
 
 
@@ -116,7 +116,7 @@ def test_a_body_cut_short_fails_the_batch_instead_of_shifting_it(
     history.client.command("TRUNCATE TABLE by_clickhouse")
     with pytest.raises(Exception):  # noqa: B017 - the engine's own error type
         history.insert_bodies(
-            "by_clickhouse", BY_TYPE["memory.created"], [body[: len(body) // 2], body]
+            "by_clickhouse", [(BY_TYPE["memory.created"], [body[: len(body) // 2], body])]
         )
     assert rows(history.client, "by_clickhouse") == []
 
@@ -238,3 +238,31 @@ def test_the_container_reads_back_record_for_record(events: list[DerivedEvent]) 
     values = [CODEC.encode(e) for e in events]
     read = list(fastavro.reader(io.BytesIO(coder.container([v[10:] for v in values]))))
     assert [CODEC.read_record(v)[1] for v in values] == read  # type: ignore[index]
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    created=st.lists(st.deferred(lambda: in_the_tables_domain(MemoryCreated)), min_size=2),
+    facts=st.lists(st.deferred(lambda: in_the_tables_domain(FactSet)), min_size=1),
+)
+def test_a_group_clickhouse_refuses_takes_the_python_road_and_the_others_stay_native(
+    history: ClickHouseHistory, created: list[DerivedEvent], facts: list[DerivedEvent]
+) -> None:
+    """One insert for every group of a flush; when a body in it does not read, the
+    groups are tried one by one and the refused one is written by the Python road
+    (which skips the record that does not decode): the table ends as the Python road
+    alone would leave it."""
+    projection = ClickHouseProjection(history)
+    projection.coders = CODERS
+    values = [CODEC.encode(e) for e in [*created, *facts]]
+    values[0] = values[0][: 10 + (len(values[0]) - 10) // 2]  # a body cut short
+    groups: dict[bytes, list[bytes]] = {}
+    for value in values:
+        groups.setdefault(value[2:10], []).append(value[10:])
+    client = history.client
+    for table in ("by_python", "by_clickhouse"):
+        client.command(f"TRUNCATE TABLE {table}")
+    projection.insert_native("by_clickhouse", [], groups)
+    history.insert_change_rows("by_python", change_rows(CODEC, values).rows)
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+    assert len(rows(client, "by_python")) == len(values) - 1
