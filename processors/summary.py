@@ -13,9 +13,10 @@ import re
 from bisect import bisect
 from collections import Counter
 from collections.abc import Sequence
-from itertools import chain, pairwise
-from typing import NamedTuple, TypeVar
+from itertools import chain, compress, pairwise
+from typing import NamedTuple
 
+from processors.memo import Memo
 from processors.scoring import CJK, DEFAULT_PARAMS, ScoringParams, score_text, tokenize
 from processors.sentences import iter_sentences as iter_sentences  # re-exported
 from processors.sentences import split_sentences as split_sentences  # re-exported
@@ -80,75 +81,75 @@ def summarise(
     their original order. If even the best sentence is too long, it is cut and ends
     with "…". Roles do not matter; empty input gives ``""``.
     """
-    sentences = _sentences(turns)
-    if not sentences or max_chars <= 0:
+    pieces = [piece for _, content in turns for piece in _pieces(content)]
+    if not pieces or max_chars <= 0:
         return ""
-    scores = _scores(sentences, params)
-    ranked = sorted(sentences, key=lambda s: (-scores[s.position], s.position))
-    chosen = _select(ranked, max_chars, params.summary_redundancy)
+    positions = _counted(pieces)
+    count = positions[-1] + 1
+    # a sentence said again scores less than its first saying (its position is later):
+    # only first sayings can be chosen, but for a near fit (see _select)
+    texts = [pieces[i][0] for i in positions]
+    first = dict(zip(reversed(texts), reversed(positions), strict=True))
+    firsts = [_Sentence(i, *pieces[i]) for i in sorted(first.values())]
+    ranked = _ranked(firsts, params, count)
+    redundancy = params.summary_redundancy
+    chosen = _select(ranked, max_chars, redundancy, near_fits=len(first) < len(texts))
+    if chosen is None:  # a first saying did not fit only by its gaps: read every saying
+        ranked = _ranked([_Sentence(i, *pieces[i]) for i in positions], params, count)
+        chosen = _select(ranked, max_chars, redundancy)
     if not chosen:
         return _truncate(ranked[0].text, max_chars)
     return _join(chosen)
 
 
+def _counted(pieces: list[_Piece]) -> list[int]:
+    """The positions of the sentences that count: those with content, or every one if
+    none has (see :func:`summarise`)."""
+    positions = list(compress(range(len(pieces)), [piece[1] for piece in pieces]))
+    return positions or list(range(len(pieces)))
+
+
+def _ranked(sentences: list[_Sentence], params: ScoringParams, count: int) -> list[_Sentence]:
+    """``sentences`` best first (ties: earlier first), ``count`` sentences counting."""
+    scores = _scores(sentences, params, count)
+    return [s for _, _, s in sorted([(-scores[s.position], s.position, s) for s in sentences])]
+
+
 def _sentences(turns: Sequence[tuple[str, str]]) -> list[_Sentence]:
     """Every sentence of every turn, numbered; contentless ones only if all are."""
     pieces = [piece for _, content in turns for piece in _pieces(content)]
-    found = [_Sentence(i, *piece) for i, piece in enumerate(pieces)]
-    with_content = [s for s in found if s.terms]
-    return with_content or found
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-_MEMO_SIZE = 4096
-"""Entries of each memo of this module (then it starts afresh): a sentence, a turn, is
-summarised again with each compression of working memory, at its episode's close and
-in its day's consolidation."""
-
-
-def _remember(memo: dict[_K, _V], key: _K, value: _V) -> None:
-    """Put ``value`` in ``memo`` (emptied first when full)."""
-    if len(memo) >= _MEMO_SIZE:
-        memo.clear()
-    memo[key] = value
+    return [_Sentence(i, *pieces[i]) for i in _counted(pieces)] if pieces else []
 
 
 _Piece = tuple[str, frozenset[str], bool, bool]
 """A :class:`_Sentence` but its position."""
-_PIECES: dict[str, tuple[_Piece, ...]] = {}
-_PIECES_CHARS = 1024
-"""Longer contents are split again each time: the memo holds at most ~4096 · 1024
-characters of sentences (a few tens of MB at worst, with their terms)."""
+_PIECES: Memo[tuple[_Piece, ...]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
+"""The sentences of contents: a turn is summarised again with each compression of
+working memory, at its episode's close (and its sentences, in its day's consolidation)."""
+_TERMS: Memo[frozenset[str]] = Memo(size=65536, chars=1 << 22, longest=512)
 
 
 def _pieces(content: str) -> tuple[_Piece, ...]:
     """The sentences of ``content`` (:func:`split_sentences`) with their terms and wide
-    ends, remembered for contents up to ``_PIECES_CHARS`` long (a pure function)."""
+    ends, remembered (a pure function)."""
     found = _PIECES.get(content)
     if found is None:
         found = tuple(
             (text, _terms(text), _is_wide(text[0]), _is_wide(text[-1]))
             for text in split_sentences(content)
         )
-        if len(content) <= _PIECES_CHARS:
-            _remember(_PIECES, content, found)
+        _PIECES.put(content, found)
     return found
 
 
-_TERMS: dict[str, frozenset[str]] = {}
-_TERMS_CHARS = 512
-
-
 def _terms(text: str) -> frozenset[str]:
-    """Distinct content tokens of ``text`` (remembered for short texts: a pure function)."""
+    """Distinct content tokens of ``text`` (remembered: a pure function)."""
     found = _TERMS.get(text)
     if found is None:
         tokens = set(tokenize(text))
         tokens -= STOPWORDS
         found = frozenset(t for t in tokens if len(t) != 2 or not _is_stop(t))
-        if len(text) <= _TERMS_CHARS:
-            _remember(_TERMS, text, found)
+        _TERMS.put(text, found)
     return found
 
 
@@ -158,14 +159,19 @@ def _is_stop(token: str) -> bool:
     return len(token) == 2 and bool(_CJK_PAIR.match(token)) and any(c in STOPWORDS for c in token)
 
 
-def _scores(sentences: Sequence[_Sentence], params: ScoringParams) -> dict[int, float]:
-    """Position -> score of each sentence (see :func:`summarise`)."""
+def _scores(
+    sentences: Sequence[_Sentence], params: ScoringParams, count: int | None = None
+) -> dict[int, float]:
+    """Position -> score of each sentence (see :func:`summarise`); ``count`` sentences
+    count (by default, up to the last of ``sentences``): positions are scored against
+    it. Each distinct text is scored once."""
     distinct = {s.text: s.terms for s in sentences}  # a repeated sentence is not a topic
     frequency = Counter(chain.from_iterable(distinct.values()))
     logs = {term: math.log(count) for term, count in frequency.items()}
     tf = {text: _tf(terms, logs) for text, terms in distinct.items()}
     top = max(tf.values()) or 1.0
-    count = sentences[-1].position + 1
+    if count is None:
+        count = sentences[-1].position + 1
     # the first and last terms of a score once per distinct text; each score is the
     # same floating-point operations in the same order as the formula's
     tf_weight, importance_weight = params.summary_tf_weight, params.summary_importance_weight
@@ -194,16 +200,25 @@ def _position(sentence: _Sentence) -> int:
     return sentence.position
 
 
-def _select(ranked: Sequence[_Sentence], max_chars: int, redundancy: float) -> list[_Sentence]:
+def _select(
+    ranked: Sequence[_Sentence], max_chars: int, redundancy: float, *, near_fits: bool = False
+) -> list[_Sentence] | None:
     """Greedy by rank: keep what fits in ``max_chars`` and is not a near repeat.
 
     The sentences kept are in their order; each candidate is put in its place among
-    them and the length of their :func:`_join` updated by its gaps.
+    them and the length of their :func:`_join` updated by its gaps. With
+    ``near_fits``, None when a candidate that fits with the narrowest join is left out
+    by its gaps: a later saying of its text, placed elsewhere, might fit (only then
+    may a saying that is not the first be chosen: a candidate left out for its length
+    or as a repeat leaves its later sayings out too, the join only growing).
     """
     chosen: list[_Sentence] = []
     texts: set[str] = set()
     used = -1
+    shortest = min(len(sentence.text) for sentence in ranked)
     for sentence in ranked:
+        if shortest + used + 1 > max_chars:
+            break  # no candidate fits even with the narrowest join
         if len(sentence.text) + used + 1 > max_chars:
             continue  # cannot fit even with the narrowest join
         if sentence.text in texts or _repeats(sentence.terms, chosen, redundancy):
@@ -214,6 +229,8 @@ def _select(ranked: Sequence[_Sentence], max_chars: int, redundancy: float) -> l
             chosen.insert(at, sentence)
             texts.add(sentence.text)
             used = length
+        elif near_fits:
+            return None
     return chosen
 
 

@@ -17,6 +17,7 @@ from processors.summary import (
     _select,
     _Sentence,
     _sentences,
+    _truncate,
     iter_sentences,
     split_sentences,
     summarise,
@@ -282,3 +283,57 @@ def test_selection_is_the_plain_greedy_choice(
             )
             == joined
         )
+
+
+def _summarise_as_first_written(
+    turns: list[tuple[str, str]], max_chars: int, params: ScoringParams
+) -> str:
+    """:func:`summarise` as first written: every saying of every sentence ranked and
+    offered to the greedy choice (the fast path ranks first sayings only)."""
+    sentences = _sentences(turns)
+    if not sentences or max_chars <= 0:
+        return ""
+    scores = _scores(sentences, params)
+    ranked = sorted(sentences, key=lambda s: (-scores[s.position], s.position))
+    chosen = _plain_select(ranked, max_chars, params.summary_redundancy)
+    if not chosen:
+        return _truncate(ranked[0].text, max_chars)
+    return _plain_join([s.text for s in chosen])
+
+
+SAID_AGAIN = st.lists(
+    st.tuples(
+        ROLES,
+        st.lists(
+            st.sampled_from(
+                ["我对花生过敏。", "记住京都！", "好的。", "京都。", "Kyoto in April.", "ok.",
+                 "remember the trip.", "I like 京都。", "Sure.", "A.", "。", "\n", " "]
+            ),
+            max_size=12,
+        ).map("".join),
+    ),
+    max_size=10,
+)  # fmt: skip
+"""Turns that say the same sentences again, Chinese and English side by side (a
+sentence placed between two Chinese ones costs two more characters than at their
+end: the near fits)."""
+
+
+@given(st.one_of(TURNS, SAID, SAID_AGAIN), st.integers(1, 90), st.sampled_from([0.2, 0.6, 1.0]))
+def test_ranking_first_sayings_is_ranking_every_saying(
+    turns: list[tuple[str, str]], limit: int, redundancy: float
+) -> None:
+    params = DEFAULT_PARAMS.model_copy(update={"summary_redundancy": redundancy})
+    assert summarise(turns, max_chars=limit, params=params) == _summarise_as_first_written(
+        turns, limit, params
+    )
+
+
+def test_a_near_fit_reads_every_saying() -> None:
+    """The first saying of "Kyoto trip." sits between two Chinese sentences, which join
+    without a space: there it costs two characters more than its length, one too many;
+    its second saying, at the end, costs one, and is chosen."""
+    turns = [("user", "我对花生过敏。Kyoto trip. 记住京都！Kyoto trip. ")]
+    summary = summarise(turns, max_chars=24)
+    assert summary == "我对花生过敏。记住京都！ Kyoto trip."
+    assert summary == _summarise_as_first_written(turns, 24, DEFAULT_PARAMS)
