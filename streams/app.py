@@ -450,10 +450,33 @@ def create_app(
     return app
 
 
+class RawSchema(faust.Schema[bytes, bytes]):
+    """Keys and values as the bytes the broker holds: what faust's ``raw`` serializer
+    gives for ``bytes`` types, without the serializer registry's lookups (codec by
+    name, payload preparation, the event class read from the settings) per message."""
+
+    def compile(
+        self,
+        app: Any,
+        *,
+        on_key_decode_error: Any = None,
+        on_value_decode_error: Any = None,
+        default_propagate: bool = False,
+    ) -> Any:
+        event_class = app.conf.Event
+
+        async def decode(message: Any, *, propagate: bool = default_propagate) -> Any:
+            return event_class(app, message.key, message.value, message.headers, message)
+
+        return decode
+
+
 def raw_topic(app: faust.App, name: str) -> faust.TopicT:
-    return app.topic(
-        name, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+    """A topic of raw bytes keys and values (:class:`RawSchema`)."""
+    schema = RawSchema(
+        key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
     )
+    return app.topic(name, schema=schema)
 
 
 def create_topics(
