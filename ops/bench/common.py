@@ -40,6 +40,19 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a live process has used so far, in seconds (from
+    ``/proc/PID/stat``; its threads included, its children not)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime: the 14th and 15th fields
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> float:
+    """The one-minute load average, printed beside figures on this shared machine."""
+    return os.getloadavg()[0]
+
+
 def children(pid: int, marker: str) -> list[int]:
     """The live child processes of ``pid`` whose command line contains ``marker``."""
     found: list[int] = []

@@ -29,7 +29,15 @@ from datetime import UTC, datetime, timedelta
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from ops.bench.common import BenchStack, children, machine, peak_rss_mib, start_stack
+from ops.bench.common import (
+    BenchStack,
+    children,
+    cpu_seconds,
+    load_average,
+    machine,
+    peak_rss_mib,
+    start_stack,
+)
 from schemas import Codec, InteractionBody, InteractionRecorded
 from schemas.sealed import SealingCodec, subject_of
 from sinks.keys import KeyBook
@@ -154,6 +162,17 @@ def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
     raise TimeoutError(f"ClickHouse did not reach {n} events within {timeout:.0f}s")
 
 
+def cpu_processes(stack: BenchStack) -> dict[str, int]:
+    """The stack's processes whose CPU time the bench reports per event: the worker,
+    the broker and the embedding child (when there is one)."""
+    processes = {"worker": int(stack.up["pid"])}
+    if stack.up.get("broker_pid"):
+        processes["broker"] = int(stack.up["broker_pid"])
+    for i, pid in enumerate(children(stack.up["pid"], "sinks.embed_process")):
+        processes[f"embedder{i or ''}"] = pid
+    return processes
+
+
 def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, object]:
     payloads = make_payloads(n, agents)
     avg_bytes = sum(len(v) for _, v in payloads) / n
@@ -162,10 +181,14 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
     try:
         bootstrap = stack.up["kafka_bootstrap"]
         time.sleep(8)  # let the worker join its group before the clock starts
+        processes = cpu_processes(stack)
+        cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         started = time.perf_counter()
         publish_s = asyncio.run(publish(bootstrap, payloads, topic))
         done = wait_for(stack, n, timeout)
         elapsed = done - started
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
+        load = load_average()
         final = stack.count("SELECT count() FROM events FINAL")
         rss = peak_rss_mib(stack.up["pid"])
         embedders = children(stack.up["pid"], "sinks.embed_process")
@@ -184,6 +207,8 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         "raw_consume_per_s": round(n / consume_s),
         "ratio_to_raw_consume": round((n / elapsed) / (n / consume_s), 4),
         "decode_per_s": round(decode_rate(payloads)),
+        "cpu_us_per_event": {name: round(seconds / n * 1e6, 1) for name, seconds in cpu.items()},
+        "load_average_1m": round(load, 2),
         "worker_peak_rss_mib": round(rss),
         "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
         "rows_in_clickhouse": final,
