@@ -51,7 +51,7 @@ from schemas import (
 )
 from schemas.sealed import SealingCodec
 from sinks.embedding import Embedder
-from sinks.vectors import Point, SparseVector, VectorIndex
+from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter
 from streams import faults
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, in_order
@@ -165,7 +165,7 @@ def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
     return ops
 
 
-def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> list[int]:
+def apply_operations(index: VectorWriter, ops: Sequence[Op]) -> list[int]:
     """Apply ``ops`` in order, each run of one kind as one store call; return, for
     each ``erase`` operation in order, how many points it deleted."""
     run: list[Any] = []
@@ -180,7 +180,7 @@ def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> list[int]:
     return erased
 
 
-def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> list[int]:
+def _apply_run(index: VectorWriter, kind: str, items: list[Any]) -> list[int]:
     faults.check("vectors")  # an injected outage or slowness of the store (ENGRAM_FAULT)
     if kind == "erase":
         counts = []
