@@ -91,7 +91,16 @@ from schemas import (
 from sinks.clickhouse import CHANGES, ClickHouseHistory, change_row, record_row, version_table
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
-from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
+from sinks.vectors import (
+    Hit,
+    LendsVersions,
+    Point,
+    Scope,
+    SparseVector,
+    VectorIndex,
+    VectorWriter,
+    canonical_id,
+)
 from streams.logwriter import LogWriter, Record
 from streams.vectors import (
     VECTOR_TYPES,
@@ -542,7 +551,13 @@ class EmbeddingStage:
 
 
 class VectorProjection:
-    """The vector collection of one embedding model (``model``'s vectors only)."""
+    """The vector collection of one embedding model (``model``'s vectors only).
+
+    On an index that lends versions (:class:`sinks.vectors.LendsVersions`: Edge), the
+    version being built is written by a writer process from :meth:`prepare` until
+    :meth:`complete` takes it back, so Edge's writes (which hold the interpreter lock)
+    run beside the reading and decoding instead of between them; the last pass and
+    the swap then run in this process, under the live projection's gate as before."""
 
     settle_s = 0.0
 
@@ -561,7 +576,8 @@ class VectorProjection:
         self.gate = gate
         self.embedding = embedding
         self.version: int | None = None
-        self.writer: VectorIndex | None = None
+        self.writer: VectorWriter | None = None
+        self.lent = False
         self.swapped = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="engram-rebuild-vectors")
 
@@ -572,7 +588,10 @@ class VectorProjection:
                 self.index.drop_version(version)
                 progress.cleaned = [*progress.cleaned, f"vectors v{version}"]
         self.version = progress.building = self.index.create_version()
-        self.writer = self.index.pinned(self.version)
+        if isinstance(self.index, LendsVersions):
+            self.writer, self.lent = self.index.lend(self.version), True
+        else:
+            self.writer = self.index.pinned(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
         if self.embedding is not None:
@@ -617,8 +636,16 @@ class VectorProjection:
         return len(changes)
 
     async def complete(self, progress: Progress) -> None:
-        """Embed the memories the log has no vector of this model for (the model was
-        changed): the embedding stage alone, recorded on the log like the live one's."""
+        """Take the version back from its writer process (the writes in flight are
+        drained: :func:`rebuild` calls this between passes), then embed the memories
+        the log has no vector of this model for (the model was changed): the embedding
+        stage alone, recorded on the log like the live one's."""
+        if self.lent and isinstance(self.index, LendsVersions) and self.version is not None:
+            version, index = self.version, self.index
+            await asyncio.get_running_loop().run_in_executor(
+                self.pool, lambda: index.reclaim(version)
+            )
+            self.writer, self.lent = self.index.pinned(version), False
         if self.embedding is None or not self.embedding.pending:
             return
         progress.phase = f"embedding {len(self.embedding.pending)} memories with {self.model}"
