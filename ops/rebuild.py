@@ -63,7 +63,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -105,9 +105,10 @@ from streams.logwriter import LogWriter, Record
 from streams.vectors import (
     VECTOR_TYPES,
     Op,
+    PlainRecords,
     apply_operations,
     embedded_event,
-    kind_of,
+    header_kind,
     millis,
     operations,
 )
@@ -488,6 +489,16 @@ class ClickHouseProjection:
             progress.building = None
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A memory waiting for its vector of the model: whose it is, and its creation (the
+    event, or its plain bytes, decoded only if it has to be embedded)."""
+
+    agent_id: str
+    user_id: str | None
+    created: MemoryCreated | bytes
+
+
 class EmbeddingStage:
     """The embedding stage of a vector rebuild: the ``memory.created`` whose log holds
     no ``memory.embedded`` of the model (the stack's model was changed) are embedded and
@@ -505,13 +516,19 @@ class EmbeddingStage:
         self.topic = topic
         self.make_writer = make_writer
         self.batch = batch
-        self.pending: dict[str, MemoryCreated] = {}
+        self.pending: dict[str, Waiting] = {}
+
+    def wait(self, memory_id: str, point: Point, raw: bytes) -> None:
+        """A creation read from its plain bytes (``point`` is its point) waits for its
+        vector of the model, as :meth:`note` of its event would have it wait."""
+        payload = point.payload
+        self.pending[memory_id] = Waiting(payload["agent_id"], payload["user_id"], raw)
 
     def note(self, events: Sequence[DerivedEvent]) -> None:
         """Follow the log: creations wait for their vector of the model."""
         for event in events:
             if isinstance(event, MemoryCreated):
-                self.pending[event.body.memory_id] = event
+                self.pending[event.body.memory_id] = Waiting(event.agent_id, event.user_id, event)
             elif isinstance(event, MemoryEmbedded) and event.body.model == self.embedder.name:
                 self.pending.pop(event.body.memory_id, None)
             elif isinstance(event, SubjectErased):
@@ -520,8 +537,8 @@ class EmbeddingStage:
                     if event.body.subject == event.agent_id
                     else {event.body.subject}
                 )
-                for memory_id, created in list(self.pending.items()):
-                    if created.agent_id == event.agent_id and created.user_id in owners:
+                for memory_id, waiting in list(self.pending.items()):
+                    if waiting.agent_id == event.agent_id and waiting.user_id in owners:
                         del self.pending[memory_id]
 
     async def run(self) -> list[MemoryEmbedded]:
@@ -530,7 +547,7 @@ class EmbeddingStage:
         out: list[MemoryEmbedded] = []
         loop = asyncio.get_running_loop()
         try:
-            todo = list(self.pending.values())
+            todo = creations(codec, self.pending.values())
             for start in range(0, len(todo), self.batch):
                 created = todo[start : start + self.batch]
                 texts = [e.body.text for e in created]
@@ -548,6 +565,16 @@ class EmbeddingStage:
             return out
         finally:
             await writer.stop()
+
+
+def creations(codec: Codec, waiting: Iterable[Waiting]) -> list[MemoryCreated]:
+    """The creations of the ``waiting`` memories, their plain bytes decoded."""
+    out: list[MemoryCreated] = []
+    for created in (w.created for w in waiting):
+        event = created if isinstance(created, MemoryCreated) else codec.decode(created)
+        if isinstance(event, MemoryCreated):
+            out.append(event)
+    return out
 
 
 class VectorProjection:
@@ -580,6 +607,7 @@ class VectorProjection:
         self.lent = False
         self.swapped = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="engram-rebuild-vectors")
+        self.plain: tuple[Codec, PlainRecords] | None = None
 
     async def prepare(self, progress: Progress) -> None:
         live = progress.live = self.index.live_version()
@@ -602,29 +630,56 @@ class VectorProjection:
         self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
     ) -> list[Op]:
         """The store operations of ``values``, in log order, as :meth:`apply` makes
-        them of :func:`decode_derived`'s events; a recorded vector (``memory.embedded``
-        in plain current-schema Avro) is read without pydantic (:meth:`Codec.read_record`:
-        the embedding agent validated what it wrote), the others of the types the
+        them of :func:`decode_derived`'s events. Recorded vectors and creations in plain
+        current-schema Avro are read without pydantic (:class:`PlainRecords`: the fold
+        and the embedding agent validated what they wrote), the others of the types the
         projection acts on take the typed road, and the rest is skipped by its header
         (working memory, episodes … : most of the log)."""
+        plain = self.plain_records(codec)
         ops: list[Op] = []
         for value in values:
-            kind = kind_of(codec, value)
+            kind = header_kind(codec, value)
             if kind is not None and kind not in VECTOR_TYPES:
                 continue  # read from the header alone: no decoding
-            found = codec.read_record(value) if kind == EMBEDDED else None
-            if found is not None and found[0] is MemoryEmbedded:
-                body = found[1]["body"]
-                if body["model"] == self.model:
-                    if self.embedding is not None:
-                        self.embedding.pending.pop(body["memory_id"], None)
-                    ops.append(Op("dense", (body["memory_id"], body["vector"])))
+            if kind == EMBEDDED and self.read_vector(plain, value, ops):
+                continue
+            if kind == CREATED and self.read_creation(plain, value, ops):
                 continue
             events = decode_derived(codec, [value], open_event)
             if self.embedding is not None:
                 self.embedding.note(events)
             ops += operations(events, self.model)
         return ops
+
+    def plain_records(self, codec: Codec) -> PlainRecords:
+        """The plain reader of ``codec``'s schemas (made once per codec)."""
+        if self.plain is None or self.plain[0] is not codec:
+            self.plain = codec, PlainRecords(codec)
+        return self.plain[1]
+
+    def read_vector(self, plain: PlainRecords, value: bytes, ops: list[Op]) -> bool:
+        """Add the operation of a plain recorded vector (none for another model's);
+        False when ``value`` is not one."""
+        found = plain.vector(value)
+        if found is None:
+            return False
+        memory_id, model, vector = found
+        if model == self.model:
+            if self.embedding is not None:
+                self.embedding.pending.pop(memory_id, None)
+            ops.append(Op("dense", (memory_id, vector)))
+        return True
+
+    def read_creation(self, plain: PlainRecords, value: bytes, ops: list[Op]) -> bool:
+        """Add the upsert of a plain creation; False when ``value`` is not one."""
+        found = plain.point(value)
+        if found is None:
+            return False
+        memory_id, point = found
+        if self.embedding is not None:
+            self.embedding.wait(memory_id, point, value)
+        ops.append(Op("upsert", point))
+        return True
 
     async def write(self, changes: list[Op]) -> int:
         """Apply ``changes`` (coalesced) to the version being built; return how many."""
@@ -715,6 +770,7 @@ def coalesce(ops: list[Op]) -> list[Op]:
 
 
 EMBEDDED = MemoryEmbedded.TYPE
+CREATED = MemoryCreated.TYPE
 
 CAUGHT_UP = 2_000
 """Lag (records) below which a rebuild stops its open passes and swaps."""

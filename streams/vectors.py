@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
+import fastavro
 import faust
 
 from processors.recall import document_sparse
@@ -49,9 +50,10 @@ from schemas import (
     MemoryWeakened,
     SubjectErased,
 )
-from schemas.sealed import SealingCodec
+from schemas.avro import DoublesTail, read_single_object
+from schemas.sealed import SealingCodec, sealed_kind
 from sinks.embedding import Embedder
-from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter
+from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
 from streams import faults
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, in_order
@@ -70,16 +72,15 @@ def millis(event: DerivedEvent) -> int:
 def point_of(event: MemoryCreated) -> Point:
     """The point a ``memory.created`` makes: payload and sparse terms, no vector yet."""
     body = event.body
-    indices, values = document_sparse(body.text)
     # the forgetting clock starts when the memory formed (its episode's last turn, say),
     # as in the fold; version-1 events did not say, and their own time stands in
     formed = body.formed_at
     at = millis(event) if formed is None else int(formed.timestamp() * 1000)
-    return Point(
-        id=body.memory_id,
-        dense=None,
-        sparse=SparseVector(indices=indices, values=values),
-        payload={
+    return memory_point(
+        body.memory_id,
+        body.text,
+        at,
+        {
             "agent_id": event.agent_id,
             "user_id": event.user_id,
             "session_id": event.session_id,
@@ -89,19 +90,134 @@ def point_of(event: MemoryCreated) -> Point:
             "sentiment": body.sentiment,
             "confidence": body.confidence,
             "strength": body.strength,
+        },
+        (list(body.entities), list(body.sources), str(event.source_event_id)),
+    )
+
+
+def memory_point(
+    memory_id: str,
+    text: str,
+    at: int,
+    head: dict[str, Any],
+    tail: tuple[list[str], list[str], str],
+) -> Point:
+    """A new memory's point: ``head`` (envelope and body fields, in payload order), the
+    state of a memory never reinforced since ``at`` (epoch ms), ``text`` and ``tail``
+    (entities, sources, source event id), BM25 terms of ``text``."""
+    indices, values = document_sparse(text)
+    entities, sources, source_event_id = tail
+    return Point(
+        id=memory_id,
+        dense=None,
+        sparse=SparseVector(indices=indices, values=values),
+        payload={
+            **head,
             "reinforcements": 0,
             "last_reinforced_at": at,
             "last_review_at": at,
             "created_at": at,
             "forgotten": False,
             "invalidated": False,
-            "promoted": body.layer == "L3",
-            "text": body.text,
-            "entities": list(body.entities),
-            "sources": list(body.sources),
-            "source_event_id": str(event.source_event_id),
+            "promoted": head["layer"] == "L3",
+            "text": text,
+            "entities": entities,
+            "sources": sources,
+            "source_event_id": source_event_id,
         },
     )
+
+
+def point_of_record(record: dict[str, Any]) -> Point:
+    """:func:`point_of` of the ``memory.created`` whose plain record this is (read
+    without Avro's logical types, see :class:`PlainRecords`): the same point for every
+    valid event (a property test holds it). KeyError, TypeError or ValueError for a
+    record that is not one."""
+    body = record["body"]
+    formed = body["formed_at"]
+    return memory_point(
+        body["memory_id"],
+        body["text"],
+        wire_millis(record["occurred_at"] if formed is None else formed),
+        {
+            "agent_id": record["agent_id"],
+            "user_id": record["user_id"],
+            "session_id": record["session_id"],
+            "layer": body["layer"],
+            "kind": body["kind"],
+            "importance": body["importance"],
+            "sentiment": body["sentiment"],
+            "confidence": body["confidence"],
+            "strength": body["strength"],
+        },
+        (body["entities"], body["sources"], canonical_id(record["source_event_id"])),
+    )
+
+
+MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
+"""The epoch milliseconds of a ``datetime`` (years 1 to 9999)."""
+
+
+def wire_millis(ms: int) -> int:
+    """What :func:`millis` gives for the time an Avro ``timestamp-millis`` of ``ms``
+    decodes to: ``int(datetime.timestamp() * 1000)``, whose float road can land one
+    below ``ms``; ``timestamp()`` divides the microseconds by 10**6 exactly rounded,
+    as ``ms / 1000`` is. ValueError outside a datetime's range."""
+    if type(ms) is not int or not MIN_MILLIS <= ms <= MAX_MILLIS:
+        raise ValueError(f"not a timestamp-millis: {ms!r}")
+    return int(ms / 1000 * 1000)
+
+
+class PlainRecords:
+    """``memory.created`` and ``memory.embedded`` in plain Avro of their current
+    schema, read for a rebuild without pydantic and without Avro's logical types
+    (UUIDs stay strings, times epoch milliseconds: fastavro builds their objects in
+    Python, and the points want the strings and milliseconds anyway).
+
+    Like :meth:`Codec.read_record`, for readers that trust the writer (the fold and
+    the embedding agent validated what they wrote); each read answers None for
+    anything else (sealed bytes, older writer schemas, JSON, bad bytes, records
+    that make no point): those take the typed road, which says what is wrong."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.max_bytes = codec.max_bytes
+        created, embedded = codec.avro[MemoryCreated.TYPE], codec.avro[MemoryEmbedded.TYPE]
+        self.created = created.header if MemoryCreated.TYPE in codec.accept else None
+        self.embedded = embedded.header if MemoryEmbedded.TYPE in codec.accept else None
+        self.created_schema = fastavro.parse_schema(plain_schema(created.schema))
+        tail = DoublesTail.of(plain_schema(embedded.schema))
+        if tail is None:
+            raise TypeError("memory.embedded no longer ends with its vector")
+        self.embedded_tail = tail
+
+    def point(self, raw: bytes) -> tuple[str, Point] | None:
+        """The memory id and :func:`point_of` of a ``memory.created``, or None."""
+        if raw[:10] != self.created or len(raw) > self.max_bytes:
+            return None
+        try:
+            record = read_single_object(raw, self.created_schema, MemoryCreated.TYPE)
+            return record["body"]["memory_id"], point_of_record(record)
+        except (BadEvent, KeyError, TypeError, ValueError):
+            return None
+
+    def vector(self, raw: bytes) -> tuple[str, str, list[float]] | None:
+        """The memory id, model and vector of a ``memory.embedded``, or None."""
+        if raw[:10] != self.embedded or len(raw) > self.max_bytes:
+            return None
+        try:
+            body = self.embedded_tail.read(raw[10:])["body"]
+            return body["memory_id"], body["model"], body["vector"]
+        except Exception:  # fastavro raises many types on bad bytes: decode() says why
+            return None
+
+
+def plain_schema(schema: Any) -> Any:
+    """``schema`` without its logical types (a copy)."""
+    if isinstance(schema, dict):
+        return {k: plain_schema(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [plain_schema(item) for item in schema]
+    return schema
 
 
 def payload_change(event: DerivedEvent) -> tuple[str, dict[str, Any]] | None:
@@ -296,6 +412,13 @@ def kind_of(codec: Codec, raw: bytes) -> str | None:
         return codec.kind(raw)
     writer = codec.writers.get(raw[2:10])
     return writer.reader.event_type.TYPE if writer is not None else None
+
+
+def header_kind(codec: Codec, raw: bytes) -> str | None:
+    """:func:`kind_of`, and for sealed bytes the type their clear envelope names even
+    when ``codec`` cannot open them (a rebuild's plain codec, with an opener beside it)."""
+    kind = kind_of(codec, raw)
+    return kind if kind is not None else sealed_kind(raw)
 
 
 def values(batch: Sequence[Any]) -> list[bytes | None]:
