@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -210,7 +212,9 @@ def bench_vectors(
     index = EdgeIndex(home / "vectors")
     index.ensure(dims)
     try:
+        cpu = cpu_times()
         elapsed, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
+        own_s, children_s = (after - before for after, before in zip(cpu_times(), cpu, strict=True))
         rebuilt = index.points()
         live = index.live_version()
         store_s = upsert_floor(index, rebuilt)
@@ -230,6 +234,9 @@ def bench_vectors(
         "rebuild_s": round(elapsed, 2),
         "rebuild_points_per_s": round(points / elapsed),
         "rebuild_records_per_s": round(len(records) / elapsed),
+        "rebuild_cpu_us_per_point": round(own_s / points * 1e6),
+        "writer_process_cpu_us_per_point": round(children_s / points * 1e6),
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "raw_consume_records_per_s": round(len(records) / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
         "edge_upsert_alone_points_per_s": round(points / store_s),
@@ -238,6 +245,16 @@ def bench_vectors(
         "points_in_rebuilt_version": len(rebuilt),
         "live_version": live,
     }
+
+
+def cpu_times() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and of its children that ended (the
+    rebuild's Edge writer process ends before the swap; the broker runs on)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def upsert_floor(index: EdgeIndex, points: list[Point]) -> float:
