@@ -104,9 +104,14 @@ from sinks.vectors import (
 from streams.logwriter import LogWriter, Record
 from streams.vectors import (
     VECTOR_TYPES,
+    Creation,
     Op,
     PlainRecords,
+    Recorded,
+    Terms,
     apply_operations,
+    creation_of,
+    creation_of_record,
     embedded_event,
     header_kind,
     millis,
@@ -518,11 +523,10 @@ class EmbeddingStage:
         self.batch = batch
         self.pending: dict[str, Waiting] = {}
 
-    def wait(self, memory_id: str, point: Point, raw: bytes) -> None:
-        """A creation read from its plain bytes (``point`` is its point) waits for its
-        vector of the model, as :meth:`note` of its event would have it wait."""
-        payload = point.payload
-        self.pending[memory_id] = Waiting(payload["agent_id"], payload["user_id"], raw)
+    def wait(self, memory_id: str, agent_id: str, user_id: str | None, raw: bytes) -> None:
+        """A creation read from its plain bytes waits for its vector of the model, as
+        :meth:`note` of its event would have it wait."""
+        self.pending[memory_id] = Waiting(agent_id, user_id, raw)
 
     def note(self, events: Sequence[DerivedEvent]) -> None:
         """Follow the log: creations wait for their vector of the model."""
@@ -634,22 +638,23 @@ class VectorProjection:
         current-schema Avro are read without pydantic (:class:`PlainRecords`: the fold
         and the embedding agent validated what they wrote), the others of the types the
         projection acts on take the typed road, and the rest is skipped by its header
-        (working memory, episodes … : most of the log)."""
+        (working memory, episodes … : most of the log). A creation takes the BM25
+        weights recorded beside a vector of it in the same batch (``memory.embedded``'s
+        ``terms``, where :func:`recorded_terms` vouches for them: the weights its text
+        gives today), else they are computed from its text."""
         plain = self.plain_records(codec)
-        ops: list[Op] = []
+        read = BatchRead()
         for value in values:
             kind = header_kind(codec, value)
             if kind is not None and kind not in VECTOR_TYPES:
                 continue  # read from the header alone: no decoding
-            if kind == EMBEDDED and self.read_vector(plain, value, ops):
-                continue
-            if kind == CREATED and self.read_creation(plain, value, ops):
-                continue
-            events = decode_derived(codec, [value], open_event)
-            if self.embedding is not None:
-                self.embedding.note(events)
-            ops += operations(events, self.model)
-        return ops
+            recorded = plain.vector(value) if kind == EMBEDDED else None
+            record = plain.creation(value) if kind == CREATED else None
+            if recorded is not None:
+                self.take_vector(recorded, read)
+            elif record is None or not self.take_creation(record, value, read):
+                self.take_events(decode_derived(codec, [value], open_event), read)
+        return read.operations()
 
     def plain_records(self, codec: Codec) -> PlainRecords:
         """The plain reader of ``codec``'s schemas (made once per codec)."""
@@ -657,29 +662,42 @@ class VectorProjection:
             self.plain = codec, PlainRecords(codec)
         return self.plain[1]
 
-    def read_vector(self, plain: PlainRecords, value: bytes, ops: list[Op]) -> bool:
-        """Add the operation of a plain recorded vector (none for another model's);
-        False when ``value`` is not one."""
-        found = plain.vector(value)
-        if found is None:
-            return False
-        memory_id, model, vector = found
-        if model == self.model:
+    def take_vector(self, recorded: Recorded, read: BatchRead) -> None:
+        """A recorded vector: its weights for its creation, its vector if of the model."""
+        if recorded.terms is not None:
+            read.terms[recorded.created_by] = recorded.terms
+        if recorded.model == self.model:
             if self.embedding is not None:
-                self.embedding.pending.pop(memory_id, None)
-            ops.append(Op("dense", (memory_id, vector)))
+                self.embedding.pending.pop(recorded.memory_id, None)
+            read.items.append(Op("dense", (recorded.memory_id, recorded.vector)))
+
+    def take_creation(self, record: dict[str, Any], value: bytes, read: BatchRead) -> bool:
+        """A plain creation; False when its record makes no point (the typed road)."""
+        try:
+            creation = creation_of_record(record)
+        except (KeyError, TypeError, ValueError):
+            return False
+        if self.embedding is not None:
+            payload = creation.bare.payload
+            memory_id = record["body"]["memory_id"]
+            self.embedding.wait(memory_id, payload["agent_id"], payload["user_id"], value)
+        read.items.append(creation)
         return True
 
-    def read_creation(self, plain: PlainRecords, value: bytes, ops: list[Op]) -> bool:
-        """Add the upsert of a plain creation; False when ``value`` is not one."""
-        found = plain.point(value)
-        if found is None:
-            return False
-        memory_id, point = found
+    def take_events(self, events: list[DerivedEvent], read: BatchRead) -> None:
+        """Typed events: as :func:`operations`, creations and vectors as above."""
         if self.embedding is not None:
-            self.embedding.wait(memory_id, point, value)
-        ops.append(Op("upsert", point))
-        return True
+            self.embedding.note(events)
+        for event in events:
+            if isinstance(event, MemoryCreated):
+                read.items.append(creation_of(event))
+            elif isinstance(event, MemoryEmbedded):
+                recorded = Recorded.of(event)
+                if recorded.terms is not None:
+                    read.terms[recorded.created_by] = recorded.terms
+                read.items += operations([event], self.model)
+            else:
+                read.items += operations([event], self.model)
 
     async def write(self, changes: list[Op]) -> int:
         """Apply ``changes`` (coalesced) to the version being built; return how many."""
@@ -726,6 +744,25 @@ class VectorProjection:
         if self.version is not None and not self.swapped:
             self.index.drop_version(self.version)
             progress.building = None
+
+
+@dataclass
+class BatchRead:
+    """A batch of the log as the vector rebuild reads it: operations in log order,
+    creations waiting for their weights (:class:`Creation`), and the weights recorded
+    in the batch by the id of the creation they belong to."""
+
+    items: list[Op | Creation] = field(default_factory=list)
+    terms: dict[str, Terms] = field(default_factory=dict)
+
+    def operations(self) -> list[Op]:
+        """The batch's operations; each creation an upsert with its recorded weights,
+        or with weights computed from its text."""
+        terms = self.terms
+        return [
+            item if isinstance(item, Op) else Op("upsert", item.point(terms.get(item.event_id)))
+            for item in self.items
+        ]
 
 
 def coalesce(ops: list[Op]) -> list[Op]:

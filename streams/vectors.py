@@ -28,16 +28,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import operator
+import struct
+from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
 import fastavro
 import faust
 
-from processors.recall import document_sparse
+from processors.recall import TOKENIZER, document_sparse
 from schemas import (
     BadEvent,
     Codec,
@@ -49,6 +54,7 @@ from schemas import (
     MemoryReinforced,
     MemoryWeakened,
     SubjectErased,
+    TermWeights,
 )
 from schemas.avro import DoublesTail, read_single_object
 from schemas.sealed import SealingCodec, sealed_kind
@@ -69,30 +75,85 @@ def millis(event: DerivedEvent) -> int:
     return int(event.occurred_at.timestamp() * 1000)
 
 
-def point_of(event: MemoryCreated) -> Point:
-    """The point a ``memory.created`` makes: payload and sparse terms, no vector yet."""
+Terms = tuple[list[int], list[float]]
+"""BM25 document weights: term indices (ascending) and their weights."""
+
+
+def point_of(event: MemoryCreated, terms: Terms | None = None) -> Point:
+    """The point a ``memory.created`` makes: payload and sparse terms (``terms``, the
+    weights recorded for its text, or else computed from it), no vector yet."""
+    return creation_of(event).point(terms)
+
+
+def point_of_record(record: dict[str, Any], terms: Terms | None = None) -> Point:
+    """:func:`point_of` of the ``memory.created`` whose plain record this is (read
+    without Avro's logical types, see :class:`PlainRecords`): the same point for every
+    valid event (a property test holds it). KeyError, TypeError or ValueError for a
+    record that is not one."""
+    return creation_of_record(record).point(terms)
+
+
+@dataclass(frozen=True)
+class Creation:
+    """A memory's point before its sparse terms (``bare.sparse`` is None), its text,
+    and the id of the event that created it (what its recorded vector names as its
+    source)."""
+
+    bare: Point
+    text: str
+    event_id: str
+
+    def point(self, terms: Terms | None = None) -> Point:
+        """The whole point: with ``terms`` (:func:`recorded_terms` vouched for them),
+        or the weights computed from the text."""
+        indices, values = terms if terms is not None else document_sparse(self.text)
+        bare = self.bare  # a new Point, not dataclasses.replace: a tenth of the cost
+        return Point(bare.id, None, SparseVector(indices=indices, values=values), bare.payload)
+
+
+def creation_of(event: MemoryCreated) -> Creation:
+    """The :class:`Creation` of a ``memory.created``."""
     body = event.body
     # the forgetting clock starts when the memory formed (its episode's last turn, say),
     # as in the fold; version-1 events did not say, and their own time stands in
     formed = body.formed_at
     at = millis(event) if formed is None else int(formed.timestamp() * 1000)
-    return memory_point(
-        body.memory_id,
-        body.text,
-        at,
-        {
-            "agent_id": event.agent_id,
-            "user_id": event.user_id,
-            "session_id": event.session_id,
-            "layer": body.layer,
-            "kind": body.kind,
-            "importance": body.importance,
-            "sentiment": body.sentiment,
-            "confidence": body.confidence,
-            "strength": body.strength,
-        },
-        (list(body.entities), list(body.sources), str(event.source_event_id)),
-    )
+    head = {
+        "agent_id": event.agent_id,
+        "user_id": event.user_id,
+        "session_id": event.session_id,
+        "layer": body.layer,
+        "kind": body.kind,
+        "importance": body.importance,
+        "sentiment": body.sentiment,
+        "confidence": body.confidence,
+        "strength": body.strength,
+    }
+    tail = (list(body.entities), list(body.sources), str(event.source_event_id))
+    bare = memory_point(body.memory_id, body.text, at, head, tail)
+    return Creation(bare, body.text, str(event.event_id))
+
+
+def creation_of_record(record: dict[str, Any]) -> Creation:
+    """:func:`creation_of` the ``memory.created`` whose plain record this is; KeyError,
+    TypeError or ValueError for a record that is not one."""
+    body = record["body"]
+    formed = body["formed_at"]
+    at = wire_millis(record["occurred_at"] if formed is None else formed)
+    head = {
+        "agent_id": record["agent_id"],
+        "user_id": record["user_id"],
+        "session_id": record["session_id"],
+        "layer": body["layer"],
+        "kind": body["kind"],
+        "importance": body["importance"],
+        "sentiment": body["sentiment"],
+        "confidence": body["confidence"],
+        "strength": body["strength"],
+    }
+    tail = (body["entities"], body["sources"], canonical_id(record["source_event_id"]))
+    bare = memory_point(body["memory_id"], body["text"], at, head, tail)
+    return Creation(bare, body["text"], canonical_id(record["event_id"]))
 
 
 def memory_point(
@@ -102,15 +163,14 @@ def memory_point(
     head: dict[str, Any],
     tail: tuple[list[str], list[str], str],
 ) -> Point:
-    """A new memory's point: ``head`` (envelope and body fields, in payload order), the
-    state of a memory never reinforced since ``at`` (epoch ms), ``text`` and ``tail``
-    (entities, sources, source event id), BM25 terms of ``text``."""
-    indices, values = document_sparse(text)
+    """A new memory's point without sparse terms: ``head`` (envelope and body fields, in
+    payload order), the state of a memory never reinforced since ``at`` (epoch ms),
+    ``text`` and ``tail`` (entities, sources, source event id)."""
     entities, sources, source_event_id = tail
     return Point(
         id=memory_id,
         dense=None,
-        sparse=SparseVector(indices=indices, values=values),
+        sparse=None,
         payload={
             **head,
             "reinforcements": 0,
@@ -128,30 +188,39 @@ def memory_point(
     )
 
 
-def point_of_record(record: dict[str, Any]) -> Point:
-    """:func:`point_of` of the ``memory.created`` whose plain record this is (read
-    without Avro's logical types, see :class:`PlainRecords`): the same point for every
-    valid event (a property test holds it). KeyError, TypeError or ValueError for a
-    record that is not one."""
-    body = record["body"]
-    formed = body["formed_at"]
-    return memory_point(
-        body["memory_id"],
-        body["text"],
-        wire_millis(record["occurred_at"] if formed is None else formed),
-        {
-            "agent_id": record["agent_id"],
-            "user_id": record["user_id"],
-            "session_id": record["session_id"],
-            "layer": body["layer"],
-            "kind": body["kind"],
-            "importance": body["importance"],
-            "sentiment": body["sentiment"],
-            "confidence": body["confidence"],
-            "strength": body["strength"],
-        },
-        (body["entities"], body["sources"], canonical_id(record["source_event_id"])),
+def document_terms(text: str) -> TermWeights:
+    """The BM25 weights of ``text`` as ``memory.embedded`` records them (packed)."""
+    indices, values = document_sparse(text)
+    return TermWeights(
+        tokenizer=TOKENIZER,
+        indices=b64encode(struct.pack(f"<{len(indices)}I", *indices)).decode(),
+        values=b64encode(struct.pack(f"<{len(values)}d", *values)).decode(),
     )
+
+
+def recorded_terms(tokenizer: str, indices: str, values: str) -> Terms | None:
+    """Recorded weights (packed as :class:`~schemas.TermWeights` says) that
+    :func:`document_sparse` would give today: made by this
+    :data:`~processors.recall.TOKENIZER`, one finite weight per index, indices
+    ascending; None otherwise (compute them again)."""
+    if tokenizer != TOKENIZER:
+        return None
+    try:
+        packed_indices, packed_values = (
+            b64decode(indices, validate=True),
+            b64decode(values, validate=True),
+        )
+    except ValueError:
+        return None
+    count = len(packed_indices) // 4
+    if len(packed_indices) != 4 * count or len(packed_values) != 8 * count:
+        return None
+    terms = list(struct.unpack(f"<{count}I", packed_indices))
+    weights = list(struct.unpack(f"<{count}d", packed_values))
+    ascending = all(map(operator.lt, terms, islice(terms, 1, None)))
+    if not ascending or not all(map(math.isfinite, weights)):
+        return None
+    return terms, weights
 
 
 MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
@@ -190,25 +259,58 @@ class PlainRecords:
             raise TypeError("memory.embedded no longer ends with its vector")
         self.embedded_tail = tail
 
-    def point(self, raw: bytes) -> tuple[str, Point] | None:
-        """The memory id and :func:`point_of` of a ``memory.created``, or None."""
+    def creation(self, raw: bytes) -> dict[str, Any] | None:
+        """The plain record of a ``memory.created`` (:func:`point_of_record` makes its
+        point), or None."""
         if raw[:10] != self.created or len(raw) > self.max_bytes:
             return None
         try:
-            record = read_single_object(raw, self.created_schema, MemoryCreated.TYPE)
-            return record["body"]["memory_id"], point_of_record(record)
-        except (BadEvent, KeyError, TypeError, ValueError):
+            return read_single_object(raw, self.created_schema, MemoryCreated.TYPE)
+        except BadEvent:
             return None
 
-    def vector(self, raw: bytes) -> tuple[str, str, list[float]] | None:
-        """The memory id, model and vector of a ``memory.embedded``, or None."""
+    def vector(self, raw: bytes) -> Recorded | None:
+        """What a rebuild takes of a ``memory.embedded``, or None."""
         if raw[:10] != self.embedded or len(raw) > self.max_bytes:
             return None
         try:
-            body = self.embedded_tail.read(raw[10:])["body"]
-            return body["memory_id"], body["model"], body["vector"]
+            record = self.embedded_tail.read(raw[10:])
+            body, terms = record["body"], record["body"]["terms"]
+            return Recorded(
+                body["memory_id"],
+                body["model"],
+                body["vector"],
+                canonical_id(record["source_event_id"]),
+                None
+                if terms is None
+                else recorded_terms(terms["tokenizer"], terms["indices"], terms["values"]),
+            )
         except Exception:  # fastavro raises many types on bad bytes: decode() says why
             return None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a rebuild takes of a recorded vector: the memory, the model, the vector,
+    the creation it embeds (``source_event_id``: the creation's event id) and the
+    weights recorded for that creation's text, when :func:`recorded_terms` vouches."""
+
+    memory_id: str
+    model: str
+    vector: list[float]
+    created_by: str
+    terms: Terms | None
+
+    @classmethod
+    def of(cls, event: MemoryEmbedded) -> Recorded:
+        body, terms = event.body, event.body.terms
+        return cls(
+            body.memory_id,
+            body.model,
+            body.vector,
+            str(event.source_event_id),
+            None if terms is None else recorded_terms(terms.tokenizer, terms.indices, terms.values),
+        )
 
 
 def plain_schema(schema: Any) -> Any:
@@ -335,6 +437,7 @@ def embedded_event(
     so re-embedding after a redelivery yields the same event."""
     return MemoryEmbedded(
         event_id=uuid5(created.event_id, f"embedded:{embedder.name}:{embedder.version}"),
+        schema_version=MemoryEmbedded.SCHEMA_VERSION,
         agent_id=created.agent_id,
         session_id=created.session_id,
         user_id=created.user_id,
@@ -348,6 +451,7 @@ def embedded_event(
             "model": embedder.name,
             "model_version": embedder.version,
             "dims": embedder.dims,
+            "terms": document_terms(created.body.text),
             "vector": vector,
         },
     )

@@ -24,9 +24,13 @@ from streams.vectors import (
     MAX_MILLIS,
     MIN_MILLIS,
     PlainRecords,
+    Recorded,
+    creation_of,
+    creation_of_record,
     header_kind,
     millis,
     point_of,
+    point_of_record,
     wire_millis,
 )
 from tests.unit.test_schemas_roundtrip import model_strategy
@@ -107,36 +111,36 @@ def test_wire_millis_refuses_what_no_datetime_is(bad: Any) -> None:
 @given(model_strategy(MemoryCreated))
 def test_a_plain_creation_makes_the_point_of_its_event(created: MemoryCreated) -> None:
     created = as_point(created)
-    raw = CODEC.encode(created)
-    found = PLAIN.point(raw)
-    assert found is not None
-    memory_id, point = found
-    assert memory_id == created.body.memory_id
+    record = PLAIN.creation(CODEC.encode(created))
+    assert record is not None and record["body"]["memory_id"] == created.body.memory_id
+    point = point_of_record(record)
     assert point == point_of(created)
     assert point.payload["created_at"] == millis(created) or created.body.formed_at is not None
+    assert creation_of_record(record) == creation_of(created)
 
 
 @SLOW
 @given(model_strategy(MemoryEmbedded))
 def test_a_plain_vector_reads_as_the_typed_one(embedded: MemoryEmbedded) -> None:
-    found = PLAIN.vector(CODEC.encode(embedded))
-    body = embedded.body
-    assert found == (body.memory_id, body.model, body.vector)
+    assert PLAIN.vector(CODEC.encode(embedded)) == Recorded.of(embedded)
 
 
 def test_what_the_plain_road_cannot_vouch_for_goes_typed() -> None:
     created = one_created()
     raw = CODEC.encode(created)
     embedded = CODEC.encode(one_embedded())
-    assert PLAIN.point(embedded) is None and PLAIN.vector(raw) is None  # other types
-    assert PLAIN.point(raw[:-1]) is None and PLAIN.point(raw + b"\0") is None  # torn, trailing
-    assert PlainRecords(Codec(max_bytes=len(raw) - 1)).point(raw) is None  # over the limit
-    assert PLAIN.point(created.model_dump_json().encode()) is None  # JSON
+    assert PLAIN.creation(embedded) is None and PLAIN.vector(raw) is None  # other types
+    assert PLAIN.creation(raw[:-1]) is None and PLAIN.creation(raw + b"\0") is None  # torn
+    assert PlainRecords(Codec(max_bytes=len(raw) - 1)).creation(raw) is None  # over the limit
+    assert PLAIN.creation(created.model_dump_json().encode()) is None  # JSON
     avro = CODEC.avro[MemoryCreated.TYPE]
     record = created.model_dump()
     record["body"]["memory_id"] = "not a uuid"
     odd = write_single_object(avro.header, fastavro.parse_schema(avro.schema), record)
-    assert PLAIN.point(odd) is None  # no point: the typed road logs it
+    found = PLAIN.creation(odd)
+    assert found is not None
+    with pytest.raises(ValueError):  # no point: the rebuild takes the typed road
+        creation_of_record(found)
 
 
 def test_sealed_records_are_read_by_their_clear_type_and_go_typed() -> None:
@@ -145,7 +149,7 @@ def test_sealed_records_are_read_by_their_clear_type_and_go_typed() -> None:
     keys.keys[subject_of(created)] = {secrets.token_hex(8): secrets.token_bytes(32)}
     sealed = Sealer(CODEC, keys).seal(created)
     assert header_kind(CODEC, sealed) == "memory.created"  # a plain codec: no keys needed
-    assert PLAIN.point(sealed) is None
+    assert PLAIN.creation(sealed) is None
     assert header_kind(CODEC, CODEC.encode(created)) == "memory.created"
     assert header_kind(CODEC, b"\x00junk") is None
 
