@@ -54,6 +54,7 @@ from processors.recall import document_sparse
 from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
 from sinks.clickhouse import ClickHouseHistory
 from sinks.vectors import EdgeIndex, Point
+from streams.vectors import document_terms
 
 CHANGES_TOPIC = "bench.memory.changes"
 VECTORS_TOPIC = "bench.memory.vectors"
@@ -92,9 +93,12 @@ def encoded_changes(n: int, template: list[DerivedEvent]) -> list[tuple[bytes, b
 
 
 def encoded_vectors(
-    points: int, dims: int, template: list[MemoryCreated]
+    points: int, dims: int, template: list[MemoryCreated], *, terms: bool = True
 ) -> list[tuple[bytes, bytes]]:
-    """``points`` memories: each a ``memory.created`` and its ``memory.embedded``."""
+    """``points`` memories: each a ``memory.created`` and its ``memory.embedded``, with
+    the BM25 weights of the text recorded beside the vector as the embedding agent
+    records them (v2), or, without ``terms``, none (the rebuild computes them, as for
+    vectors recorded before version 2)."""
     codec, rng, out = Codec(), np.random.default_rng(7), []
     for i in range(points):
         base = template[i % len(template)]
@@ -115,11 +119,13 @@ def encoded_vectors(
             seq=created.seq,
             idx=created.idx,
             config_version=created.config_version,
+            schema_version=2 if terms else 1,
             body={
                 "memory_id": memory_id,
                 "model": MODEL,
                 "model_version": "1",
                 "dims": dims,
+                "terms": document_terms(created.body.text) if terms else None,
                 "vector": [float(x) for x in vector / np.linalg.norm(vector)],
             },
         )
@@ -205,15 +211,22 @@ def bench_clickhouse(
 
 
 def bench_vectors(
-    bootstrap: str, home: Path, points: int, dims: int, template: list[MemoryCreated]
+    bootstrap: str,
+    home: Path,
+    points: int,
+    dims: int,
+    template: list[MemoryCreated],
+    *,
+    terms: bool = True,
 ) -> dict[str, Any]:
-    records = encoded_vectors(points, dims, template)
+    records = encoded_vectors(points, dims, template, terms=terms)
     publish_s = asyncio.run(publish(bootstrap, VECTORS_TOPIC, records))
     index = EdgeIndex(home / "vectors")
     index.ensure(dims)
     try:
-        cpu = cpu_times()
-        elapsed, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
+        cpu, projection = cpu_times(), TimedVectors(index, MODEL)
+        elapsed, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC)
+        fixed_s = sum(projection.fixed.values())
         own_s, children_s = (after - before for after, before in zip(cpu_times(), cpu, strict=True))
         rebuilt = index.points()
         live = index.live_version()
@@ -229,10 +242,13 @@ def bench_vectors(
     return {
         "points": points,
         "dims": dims,
+        "recorded_terms": terms,
         "records": len(records),
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
         "rebuild_points_per_s": round(points / elapsed),
+        "fixed_s": {step: round(took, 2) for step, took in projection.fixed.items()},
+        "copy_points_per_s": round(points / (elapsed - fixed_s)),
         "rebuild_records_per_s": round(len(records) / elapsed),
         "rebuild_cpu_us_per_point": round(own_s / points * 1e6),
         "writer_process_cpu_us_per_point": round(children_s / points * 1e6),
@@ -245,6 +261,32 @@ def bench_vectors(
         "points_in_rebuilt_version": len(rebuilt),
         "live_version": live,
     }
+
+
+class TimedVectors(VectorProjection):
+    """The vector projection, timing the steps whose cost does not grow with the log:
+    ``prepare`` (a new Edge version, its payload indexes, the writer process),
+    ``complete`` (the version taken back from it) and ``finish`` (the previous version
+    dropped). The rest of the rebuild is the copy."""
+
+    def __init__(self, index: EdgeIndex, model: str) -> None:
+        super().__init__(index, model)
+        self.fixed: dict[str, float] = {}
+
+    async def prepare(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().prepare(progress)
+        self.fixed["prepare"] = time.perf_counter() - started
+
+    async def complete(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().complete(progress)
+        self.fixed["complete"] = time.perf_counter() - started
+
+    async def finish(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().finish(progress)
+        self.fixed["finish"] = time.perf_counter() - started
 
 
 def cpu_times() -> tuple[float, float]:
@@ -274,6 +316,11 @@ def main() -> None:
     parser.add_argument("--dims", type=int, default=512)
     parser.add_argument("--raw", type=int, default=20_000, help="raw events folded as the template")
     parser.add_argument("--skip", choices=("clickhouse", "vectors"), default=None)
+    parser.add_argument(
+        "--no-terms",
+        action="store_true",
+        help="vectors recorded without BM25 weights (as before memory.embedded v2)",
+    )
     args = parser.parse_args()
     random.seed(0)
     template = fold(args.raw, 50)
@@ -294,7 +341,7 @@ def main() -> None:
                 print(json.dumps(result["clickhouse"]), flush=True)
             if args.skip != "vectors":
                 result["vectors"] = bench_vectors(
-                    broker.bootstrap, home, args.points, args.dims, created
+                    broker.bootstrap, home, args.points, args.dims, created, terms=not args.no_terms
                 )
     finally:
         shutil.rmtree(home, ignore_errors=True)
