@@ -26,10 +26,12 @@ How, for both targets:
    starts over) and apply every event in log order: rows for ClickHouse
    (``memory.embedded`` is the vector store's business and is skipped: it shares
    its creation's ``seq``/``idx``), the idempotent vector operations of
-   :mod:`streams.vectors` for Qdrant (``memory.embedded`` carries the vector: no
-   model is called; a batch's operations are coalesced into one call per kind,
+   :mod:`streams.vectors` for Qdrant (``memory.embedded`` carries the vector, and
+   since its version 2 the BM25 weights of the text: no model is called, no text
+   tokenised again; a batch's operations are coalesced into one call per kind,
    see :func:`coalesce`). One batch is written while the next is read and
-   decoded. Passes repeat until the lag is small; each pass reads up to the end
+   decoded; an Edge version is written by a process of its own
+   (:class:`VectorProjection`). Passes repeat until the lag is small; each pass reads up to the end
    offsets and then on until a fetch brings nothing (Tansu reports an end offset
    short of a partition's last batch).
 4. Swap. Vectors: the live projection's writes are held at a gate
@@ -664,8 +666,7 @@ class VectorProjection:
 
     def take_vector(self, recorded: Recorded, read: BatchRead) -> None:
         """A recorded vector: its weights for its creation, its vector if of the model."""
-        if recorded.terms is not None:
-            read.terms[recorded.created_by] = recorded.terms
+        read.note(recorded)
         if recorded.model == self.model:
             if self.embedding is not None:
                 self.embedding.pending.pop(recorded.memory_id, None)
@@ -691,13 +692,10 @@ class VectorProjection:
         for event in events:
             if isinstance(event, MemoryCreated):
                 read.items.append(creation_of(event))
-            elif isinstance(event, MemoryEmbedded):
-                recorded = Recorded.of(event)
-                if recorded.terms is not None:
-                    read.terms[recorded.created_by] = recorded.terms
-                read.items += operations([event], self.model)
-            else:
-                read.items += operations([event], self.model)
+                continue
+            if isinstance(event, MemoryEmbedded):
+                read.note(Recorded.of(event))
+            read.items += operations([event], self.model)
 
     async def write(self, changes: list[Op]) -> int:
         """Apply ``changes`` (coalesced) to the version being built; return how many."""
@@ -754,6 +752,11 @@ class BatchRead:
 
     items: list[Op | Creation] = field(default_factory=list)
     terms: dict[str, Terms] = field(default_factory=dict)
+
+    def note(self, recorded: Recorded) -> None:
+        """Keep the weights a recorded vector brings (any model's) for its creation."""
+        if recorded.terms is not None:
+            self.terms[recorded.created_by] = recorded.terms
 
     def operations(self) -> list[Op]:
         """The batch's operations; each creation an upsert with its recorded weights,

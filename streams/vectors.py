@@ -3,12 +3,14 @@
 Two faust agents on the derived log:
 
 * ``engram.embed`` embeds the text of every ``memory.created`` in batches (on one
-  thread of its own, off the event loop) and records each vector as a
-  ``memory.embedded`` event on ``engram.memory`` (same key, so it follows the
-  creation in the agent's partition). Rebuilding the vector store replays these
-  records: it never embeds again. It reads each partition strictly in offset order
-  too (its own :class:`streams.ordered.InOrder`): a message faust never handed to it
-  (a hole, whatever the other agent on the topic acked) is read again, not skipped.
+  thread of its own, off the event loop) and records each vector, with the BM25
+  weights of the text, as a ``memory.embedded`` event on ``engram.memory`` (same
+  key, so it follows the creation in the agent's partition). Rebuilding the vector
+  store replays these records: it never embeds again, and tokenises a text again
+  only when its weights were not recorded (or not by this tokenizer). The agent reads each
+  partition strictly in offset order too (its own :class:`streams.ordered.InOrder`):
+  a message faust never handed to it (a hole, whatever the other agent on the topic
+  acked) is read again, not skipped.
 * ``engram.vectors`` projects the derived log into the :class:`VectorIndex`, one
   idempotent operation per change, in log order: a creation upserts the point
   (payload and BM25 term weights, no dense vector yet), ``memory.embedded`` of
