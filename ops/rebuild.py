@@ -911,6 +911,7 @@ async def rebuild(
             events = decode_derived(codec, values, open_event)
             await drain()
             writing = asyncio.ensure_future(projection.apply(events))
+        await asyncio.sleep(0)  # the write starts now, not when the next batch is read
         progress.done = reader.done()
         progress.total = max(progress.total, progress.done)  # records arrived meanwhile
 
