@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
+from pydantic_core import from_json
 from rich.console import Console
 from rich.table import Table
 
@@ -30,10 +31,10 @@ from engram.snapshot import UnknownAgent, episode_record, working_of
 from engram.sqlgate import ReadOnlyViolation, check_read_only
 from processors import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
-from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention
+from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention_of
 from processors.persona import PersonaVersion, SkillRecord
 from processors.working import SUMMARY_ROLE, SessionState
-from schemas import EpisodeBody, FactSetBody, MemoryCreatedBody, Turn, WorkingBody
+from schemas import EpisodeBody, FactSetBody, Turn, WorkingBody
 
 
 def http_client(url: str) -> Client:
@@ -88,81 +89,69 @@ def run_sql(
 
 _AS_OF = "agent_id = {a:String} AND occurred_at <= {t:DateTime64(3, 'UTC')}"
 
-_MEMORIES = """
-SELECT key, created, owner, created_change_at, strength, last_reinforced, last_review,
-       reinforcements, lapses, invalidated, promoted, ended_at, anchor, made AND NOT gone
+_ITEMS = """
+SELECT kind, item, if(live, made_as.1, '') AS created, made_as.2 AS owner,
+       made_as.3 AS created_change_at, strength, last_reinforced, last_review, reinforcements,
+       lapses, invalidated, bitTest(flags, 2) AS promoted, ended_at, made_as.4 AS anchor, live,
+       doc
 FROM (
     SELECT
-        if(type = 'episode.closed', JSONExtractString(body, 'episode_id'), memory_id) AS key,
-        argMaxIf(body, (seq, idx), type = 'memory.created') AS created,
-        argMaxIf(user_id, (seq, idx), type = 'memory.created') AS owner,
-        argMaxIf(occurred_at, (seq, idx), type = 'memory.created') AS created_change_at,
-        argMaxIf(JSONExtractRaw(body, 'strength'), (seq, idx),
+        multiIf(type IN ('fact.set', 'skill.updated', 'persona.versioned'), type, '') AS kind,
+        item,
+        argMaxIf((body, user_id, occurred_at, anchor), at_key, type = 'memory.created')
+            AS made_as,
+        argMaxIf(strength, at_key,
                  type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
         maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
         maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
-        uniqExactIf((seq, idx), type = 'memory.reinforced') AS reinforcements,
-        uniqExactIf((seq, idx), type = 'memory.weakened') AS lapses,
-        maxIf(JSONExtractBool(body, 'invalidated'), type = 'memory.weakened') AS invalidated,
-        countIf(type = 'memory.promoted') > 0 AS promoted,
-        anyIf(JSONExtractString(body, 'ended_at'), type = 'episode.closed') AS ended_at,
-        if(JSONExtractString(created, 'kind') = 'semantic',
-           JSONExtractString(created, 'sources', 1), key) AS anchor,
-        countIf(type = 'memory.created') > 0 AS made,
-        countIf(type = 'memory.forgotten') > 0 AS gone
+        uniqExactIf(at_key, type = 'memory.reinforced') AS reinforcements,
+        uniqExactIf(at_key, type = 'memory.weakened') AS lapses,
+        max(invalidated) AS invalidated,
+        groupBitOr(multiIf(type = 'memory.created', 1, type = 'memory.forgotten', 2,
+                           type = 'memory.promoted', 4, 0)) AS flags,
+        bitAnd(flags, 3) = 1 AS live,
+        max(episode_end) AS ended_at,
+        argMaxIf((seq, idx, session_id, user_id, body, source_event_id), (at_key, body),
+                 type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned'))
+            AS doc
     FROM changes
-    WHERE type = 'episode.closed' OR (memory_id != '' AND type IN (
-        'memory.created', 'memory.reinforced', 'memory.weakened', 'memory.promoted',
-        'memory.forgotten'))
-    GROUP BY key
+    WHERE type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned')
+        OR (memory_id != '' AND type IN ('memory.created', 'memory.reinforced',
+                                         'memory.weakened', 'memory.promoted', 'memory.forgotten'))
+    GROUP BY kind, item
 )
-WHERE (made AND NOT gone) OR ended_at != ''"""
-"""In one pass, grouped by memory (an episode's ``episode.closed`` with the memory of
-the episode, keyed by its id): the memories created and not forgotten by T (the last
-column true) with what their retention needs: the latest strength, the
-reinforcements and lapses, and the memory's anchor, the episode whose end dates it
-(its own, or the first source episode of a semantic memory); and every episode closed
-by T with its end (:func:`_memories` joins the anchors to them)."""
+WHERE kind != '' OR live OR ended_at != ''"""
+"""In one pass, grouped by what a change is about (``item``; :func:`_items` reads the
+rows):
 
-_LATEST = """
-SELECT type, seq, idx, session_id, user_id, body, source_event_id
-FROM (
-    SELECT
-        type, seq, idx, session_id, user_id, body, source_event_id,
-        dense_rank() OVER (
-            PARTITION BY type, multiIf(
-                type = 'fact.set',
-                concat(JSONExtractString(body, 'namespace'), char(0),
-                       JSONExtractString(body, 'key')),
-                type = 'skill.updated', JSONExtractString(body, 'name'),
-                '')
-            ORDER BY seq DESC, idx DESC
-        ) AS rank
-    FROM changes
-    WHERE type IN ('persona.versioned', 'fact.set', 'skill.updated')
-        OR (type = 'episode.closed'
-            AND ({u:Nullable(String)} IS NULL OR user_id = {u:Nullable(String)}))
-)
-WHERE rank <= if(type = 'episode.closed', {n:UInt32}, 1)"""
-"""In one pass: the persona version in force at T, the latest ``fact.set`` of every
-key (a null value: retracted), every skill's latest record and the latest ``n``
-episodes closed by T (of one user when given)."""
+* a memory (``kind`` ''): whether it was created and not forgotten by T (``live``),
+  with what its retention needs (the latest strength, the reinforcements and lapses)
+  and its anchor, the episode whose end dates it (its own, or the first source episode
+  of a semantic memory); an episode's ``episode.closed`` is grouped with the memory of
+  the episode (``item``: the episode's id), so every episode closed by T comes with its
+  end and its record (``doc``);
+* the latest ``fact.set`` of every key (``item``: namespace and key; a null value:
+  retracted), every skill's latest record (``item``: its name) and the persona version
+  in force at T, each as its ``doc``.
+
+``doc`` is the latest such record (of equal keys, a rewrite before its old row went,
+the greatest body); ``at_key`` orders the changes as ``(seq, idx)`` does. ``item``,
+``strength``, ``invalidated``, ``episode_end`` and ``anchor`` are columns ClickHouse
+computed from each body when the row was written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
 
 _WORKING = """
-SELECT seq, idx, session_id, occurred_at, body, position(body, '"added":[]') > 0 AS blank,
+SELECT seq, idx, session_id, occurred_at, body, blank,
        at_key > greatest(own_reset, expired_at) AS after_reset
 FROM (
     SELECT
-        seq, idx, session_id, occurred_at, body, own, at_key,
-        max(if(own AND position(body, '"cleared":true') > 0, at_key, 0))
-            OVER (PARTITION BY sid) AS own_reset,
+        seq, idx, session_id, occurred_at, body, blank, own, at_key,
+        max(if(own AND cleared, at_key, 0)) OVER (PARTITION BY sid) AS own_reset,
         max(if(own, 0, at_key)) OVER (PARTITION BY sid) AS expired_at
     FROM (
         SELECT
-            seq, idx, session_id, occurred_at, body, bitShiftLeft(seq, 16) + idx AS at_key,
-            session_id IS NOT NULL AS own,
-            arrayJoin(if(own, [assumeNotNull(session_id)],
-                         JSONExtract(body, 'expired', 'Array(String)'))) AS sid
+            seq, idx, session_id, occurred_at, body, blank, cleared,
+            at_key, session_id IS NOT NULL AS own,
+            arrayJoin(if(own, [assumeNotNull(session_id)], expired)) AS sid
         FROM changes
         WHERE type = 'working.updated'
     )
@@ -174,31 +163,30 @@ was last cleared (at its end, an idle expiry listed by a session-less delta, or 
 reopening). The delta that cleared it comes with ``after_reset`` false and whether it
 added no turn (``blank``): such a delta matters only when a ``session.started`` or
 ``working.set`` made it (:func:`_deltas`: the one thing a delta cannot tell, a cleared
-session that such an event opened afresh). A body is compact JSON
-(``model_dump_json``), where ``"cleared":true`` and ``"added":[]`` can only be the
-top-level fields (quotes inside strings are escaped), so a substring test stands for
-parsing it."""
+session that such an event opened afresh). ``cleared``, ``blank`` and ``expired``
+(the sessions an idle expiry cleared) are computed from each body when the row was
+written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
 
 SNAPSHOT_SQL = f"""
 WITH
     changes AS (
-        SELECT seq, idx, type, session_id, user_id, occurred_at, memory_id, body,
-               source_event_id
+        SELECT bitShiftLeft(seq, 16) + idx AS at_key, seq, idx, type, session_id, user_id,
+               occurred_at, memory_id, body, source_event_id, item, strength, invalidated,
+               episode_end, anchor, cleared, blank, expired
         FROM memory_changes
         WHERE {_AS_OF}
     ),
     raw AS (
         SELECT seq, type, occurred_at FROM events WHERE {_AS_OF}
     )
-SELECT position, memories, latest, working
+SELECT position, items, working
 FROM (SELECT tuple(uniqExact(seq), max(seq), argMax(occurred_at, seq),
                    groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
           AS position
       FROM raw) AS p
-CROSS JOIN (SELECT groupArray(tuple(*)) AS memories FROM ({_MEMORIES})) AS m
-CROSS JOIN (SELECT groupArray(tuple(*)) AS latest FROM ({_LATEST})) AS l
+CROSS JOIN (SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})) AS i
 CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w"""
-"""The second road in one round trip: four parts over one agent's changes and
+"""The second road in one round trip: three parts over one agent's changes and
 archived events that occurred by T (``changes``, ``raw``) come back as the columns of
 one row. Each part is a one-row subquery of a cross join, not a scalar subquery: the
 engine runs scalar subqueries one after another while it plans the query, the joined
@@ -209,21 +197,26 @@ of ``engram up`` refuses a query that changes one.)
 * ``position``: how many archived events occurred by T, the last one's sequence and
   time, and the sequence and type of those that were a ``session.started`` or a
   ``working.set``;
-* ``memories``: :data:`_MEMORIES`; ``latest``: :data:`_LATEST`; ``working``:
-  :data:`_WORKING`, each an array of its rows (in no order: they are sorted here).
+* ``items``: :data:`_ITEMS` (memories, episodes, facts, skills, persona);
+  ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
+  sorted here).
 
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
 time of the event that made them, so for a log whose event times never go back these
 are exactly the changes of the log's prefix up to T: what the fold of that prefix (the
 first road, :func:`engram.snapshot.take_snapshot`) holds.
 
+The query's cost on chdb is mostly planning (about 20 ms for these parts) and
+aggregating the agent's whole history: memories and the latest records were two parts
+(a group by memory and a ranking window), now one group, which took a fifth less.
+
 No ``FINAL``: it costs a third of the query on chdb (the merge of every part, planned
-four times). A key (agent, sequence, index) may then come more than once, from a
+for each read). A key (agent, sequence, index) may then come more than once, from a
 flush written again after a failure (the same row) or from an erasure's rewrite before
 the old row is deleted (a crash in between; the redo deletes it): the parts count
-distinct keys (``uniqExact``, ``uniqExactIf``), rank duplicates alike (``dense_rank``),
-and :func:`_unique` keeps one row per key (the greatest, so the choice is
-deterministic)."""
+distinct keys (``uniqExact``, ``uniqExactIf``), take one of a key's rows (``argMax``,
+the greatest body among equal keys) and :func:`_unique` keeps one working row per key
+(the greatest, so the choice is deterministic)."""
 
 EPISODES_SQL = f"""
 SELECT seq, session_id, user_id, body
@@ -278,27 +271,21 @@ def history_snapshot(
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
     at = as_of.astimezone(UTC)
-    where = {"a": agent_id, "t": at}
-    [(found, memory_rows, latest_rows, working_rows)] = _rows(
-        client, SNAPSHOT_SQL, {**where, "u": user_id, "n": episodes}
-    )
+    [(found, item_rows, working_rows)] = _rows(client, SNAPSHOT_SQL, {"a": agent_id, "t": at})
     count, seq, last_at, opening = found
     if not count:
         raise UnknownAgent(
             f"no events of agent {agent_id!r} in the history at or before {at.isoformat()}"
         )
     position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
-    items = [_memory_of(row, at, config) for row in _memories(memory_rows)]
+    memory_rows, docs = _items(item_rows)
+    items = [_memory_of(row, at, config) for row in memory_rows]
     counts = {"L2": 0, "L3": 0}
     for item in items:
         counts[item.layer] += 1
-    latest: dict[str, list[tuple[Any, ...]]] = {}
-    for row in _unique(latest_rows, width=3):  # by (type, seq, idx)
-        latest.setdefault(row[0], []).append(tuple(row[1:]))
-    facts = (fact_of(body, at) for *_, body, _ in latest.get("fact.set", []))
-    skills = (SkillRecord.model_validate_json(row[4]) for row in latest.get("skill.updated", []))
-    closed = sorted(latest.get("episode.closed", []), reverse=True)
-    persona = latest.get("persona.versioned")
+    facts = (fact_of(doc[4], at) for doc in docs.get("fact.set", []))
+    skills = (SkillRecord.model_validate_json(doc[4]) for doc in docs.get("skill.updated", []))
+    persona = docs.get("persona.versioned")
     deltas = _deltas(_unique(working_rows, width=2), opening)  # by (seq, idx)
     sessions = sessions_from_deltas(deltas, config.working_turns)
     return Snapshot(
@@ -310,7 +297,7 @@ def history_snapshot(
         working=working_of(sessions, session_id),
         episodes=[
             episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
-            for seq, _idx, session, user, body, _ in closed
+            for seq, _idx, session, user, body, _ in _latest(docs, user_id, episodes)
         ],
         facts=sorted((f for f in facts if f), key=lambda f: (f["namespace"], f["key"])),
         persona=persona_of(persona[0][4], persona[0][5]) if persona else None,
@@ -358,51 +345,70 @@ def persona_of(body: str, source_event_id: Any) -> dict[str, Any]:
 def _memory_of(row: Sequence[Any], at: datetime, config: MemoryConfig) -> SnapshotMemory:
     (memory_id, created, user_id, change_at, strength, reinforced, review, reinforcements,
      lapses, invalidated, promoted, ended_at) = row  # fmt: skip
-    body = MemoryCreatedBody.model_validate_json(created)
-    created_at = memory_created_at(body, _aware(change_at), ended_at, config)
-    trace = rebuild_trace(
+    body = from_json(created)  # the sink wrote it from a valid MemoryCreatedBody
+    created_at = memory_created_at(body["kind"], _aware(change_at), ended_at, config)
+    last, clock = trace_clock(
         created_at=created_at,
-        strength_days=float(strength),
         reinforced_at=_aware(reinforced) if reinforcements else None,
         reviewed_at=_aware(review) if reinforcements or lapses else None,
+        params=config.forgetting,
+    )
+    strength_days = float(strength)
+    promoted = bool(promoted) or body["layer"] == "L3"
+    return SnapshotMemory(  # validating in pydantic-core costs half of model_construct
+        memory_id=memory_id,
+        layer="L3" if promoted else body["layer"],
+        kind=body["kind"],
+        importance=body["importance"],
+        sentiment=body["sentiment"],
+        user_id=user_id,
+        created_at=created_at,
+        last_reinforced_at=last,
+        strength_days=strength_days,
         reinforcements=int(reinforcements),
         lapses=int(lapses),
         invalidated=bool(invalidated),
-        params=config.forgetting,
-    )
-    promoted = bool(promoted) or body.layer == "L3"
-    return SnapshotMemory(  # validating in pydantic-core costs half of model_construct
-        memory_id=memory_id,
-        layer="L3" if promoted else body.layer,
-        kind=body.kind,
-        importance=body.importance,
-        sentiment=body.sentiment,
-        user_id=user_id,
-        created_at=created_at,
-        last_reinforced_at=trace.last_reinforced_at,
-        strength_days=trace.strength_days,
-        reinforcements=trace.reinforcements,
-        lapses=trace.lapses,
-        invalidated=trace.invalidated,
         promoted=promoted,
-        retention=retention(trace, at, config.forgetting),
-        text=body.text,
+        retention=retention_of(strength_days, clock, at, config.forgetting),
+        text=body["text"],
     )
+
+
+_NO_WINDOWS = ConsolidationState()
+"""The consolidation state whose windows :func:`memory_created_at` only measures."""
 
 
 def memory_created_at(
-    body: MemoryCreatedBody, change_at: datetime, episode_end: str, config: MemoryConfig
+    kind: str, change_at: datetime, episode_end: str, config: MemoryConfig
 ) -> datetime:
-    """When the fold dates a memory (its trace starts there): a turn at its event, an
-    episode at its last turn, a semantic memory at the end of its consolidation window
-    (found from the end of its first source episode)."""
-    if body.kind == "episode" and episode_end:
+    """When the fold dates a memory of ``kind`` (its trace starts there): a turn at its
+    event, an episode at its last turn, a semantic memory at the end of its
+    consolidation window (found from the end of its first source episode)."""
+    if kind == "episode" and episode_end:
         return _parse_moment(episode_end)
-    if body.kind == "semantic" and episode_end:
-        window = Consolidation(ConsolidationState(), config.consolidation, config.scoring)
+    if kind == "semantic" and episode_end:
+        window = Consolidation(_NO_WINDOWS, config.consolidation, config.scoring)
         size = timedelta(seconds=config.consolidation.window_s)
         return window.window_start(_parse_moment(episode_end)) + size
     return change_at
+
+
+def trace_clock(
+    *,
+    created_at: datetime,
+    reinforced_at: datetime | None,
+    reviewed_at: datetime | None,
+    params: ForgettingParams,
+) -> tuple[datetime, datetime]:
+    """A memory's last reinforcement (its creation if none) and the moment its
+    retention counts from, from its changes: times never go back (a late review takes
+    effect at the latest one); a weakening moves only an FSRS card's last review, from
+    which that curve counts (:func:`processors.forgetting.retention_of` of the trace's
+    strength at this moment is the retention of :func:`rebuild_trace`'s trace)."""
+    last = max(created_at, reinforced_at or created_at)
+    if params.curve == "fsrs":
+        return last, max(last, reviewed_at or last)
+    return last, last
 
 
 def rebuild_trace(
@@ -416,13 +422,13 @@ def rebuild_trace(
     invalidated: bool,
     params: ForgettingParams,
 ) -> Trace:
-    """The forgetting trace of a memory from its changes: times never go back (a late
-    review takes effect at the latest one), a weakening moves only an FSRS card's
-    last review; the FSRS card holds what retrievability reads (stability, last review)."""
-    last = max(created_at, reinforced_at or created_at)
+    """The forgetting trace of a memory from its changes (:func:`trace_clock`); the FSRS
+    card holds what retrievability reads (stability, last review)."""
+    last, review = trace_clock(
+        created_at=created_at, reinforced_at=reinforced_at, reviewed_at=reviewed_at, params=params
+    )
     card = None
     if params.curve == "fsrs":
-        review = max(last, reviewed_at or last)
         card = FsrsCard(
             card_id=0, state=2, step=None, stability=strength_days, difficulty=None,
             due=review, last_review=review,
@@ -509,12 +515,31 @@ class _Session:
         )
 
 
-def _memories(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
-    """The live memories of :data:`_MEMORIES`' rows, by memory id, each with the end of
-    its anchor episode ('' when that episode is not closed by T) in place of the anchor."""
-    ends = {row[0]: row[11] for row in rows if row[11]}
-    live = sorted((row for row in rows if row[13]), key=lambda row: str(row[0]))
-    return [(*row[:11], ends.get(row[12], "")) for row in live]
+def _items(
+    rows: Sequence[Sequence[Any]],
+) -> tuple[list[tuple[Any, ...]], dict[str, list[tuple[Any, ...]]]]:
+    """:data:`_ITEMS`' rows as the live memories, by memory id, each with the end of its
+    anchor episode ('' when that episode is not closed by T) in place of the anchor;
+    and the records by type (``episode.closed``, ``fact.set``, ``skill.updated``,
+    ``persona.versioned``), each ``(seq, idx, session_id, user_id, body,
+    source_event_id)``."""
+    ends = {row[1]: row[12] for row in rows if not row[0] and row[12]}
+    live = sorted((row for row in rows if not row[0] and row[14]), key=lambda row: str(row[1]))
+    docs: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        kind = row[0] or ("episode.closed" if row[12] else "")
+        if kind:
+            docs.setdefault(kind, []).append(tuple(row[15]))
+    return [(*row[1:12], ends.get(row[13], "")) for row in live], docs
+
+
+def _latest(
+    docs: dict[str, list[tuple[Any, ...]]], user_id: str | None, count: int
+) -> list[tuple[Any, ...]]:
+    """The last ``count`` episodes closed by T (of ``user_id`` when given), newest first."""
+    closed = docs.get("episode.closed", [])
+    mine = (doc for doc in closed if user_id is None or doc[3] == user_id)
+    return sorted(mine, key=lambda doc: (doc[0], doc[1]), reverse=True)[:count]
 
 
 def _deltas(

@@ -65,7 +65,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -90,9 +90,18 @@ from schemas import (
     MemoryEmbedded,
     SubjectErased,
 )
-from sinks.clickhouse import CHANGES, ClickHouseHistory, change_row, record_row, version_table
+from schemas.avro import MAGIC
+from sinks.clickhouse import (
+    CHANGE_COLUMNS,
+    CHANGES,
+    ClickHouseHistory,
+    change_row,
+    record_row,
+    version_table,
+)
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
+from sinks.transcode import Transcoder, Unsupported, transcoder
 from sinks.vectors import (
     Hit,
     LendsVersions,
@@ -124,6 +133,10 @@ log = logging.getLogger("engram.rebuild")
 
 Target = Literal["clickhouse", "vectors"]
 State = Literal["running", "swapping", "settling", "done", "failed", "cancelled"]
+
+NATIVE_FLUSH_RECORDS = 100_000
+"""Records of the native road gathered before they are handed to ClickHouse: each
+insert plans its ``SELECT`` once per schema (10-60 ms on chdb), so batches are large."""
 
 
 class Cancelled(Exception):
@@ -407,16 +420,38 @@ class ClickHouseProjection:
     live sink's purge for callers that swap by themselves."""
 
     def __init__(
-        self, history: ClickHouseHistory, *, settle_s: float = 30.0, purge_every: int = 4096
+        self,
+        history: ClickHouseHistory,
+        *,
+        settle_s: float = 30.0,
+        purge_every: int = 4096,
+        native: bool = True,
+        flush_records: int = NATIVE_FLUSH_RECORDS,
     ) -> None:
         self.history = history
         self.settle_s = settle_s
         self.purge_every = purge_every
+        self.native = native
+        self.flush_records = flush_records
         self.table = CHANGES
         self.version: int | None = None
         self.swapped = False
         self.pending: list[SubjectErased] = []
         """Erasures read whose purge of ``table`` has not run yet."""
+        self.excluded: str | None = None
+        """Before the swap, where the purges name the rows they take out of the new
+        version (copied without them once, at the swap: :meth:`ClickHouseHistory.
+        keep_unexcluded`); after it, the purges of the live table delete."""
+        self.coders: dict[bytes, Transcoder] = {}
+        """Per fingerprint, the native road of a current derived schema (while a new
+        version is written; empty on the Python road and once swapped)."""
+        self.bodies: dict[bytes, list[bytes]] = {}
+        """Bodies read for the native road and not handed to ClickHouse yet."""
+        self.rows: list[list[Any]] = []
+        """Rows of the Python road waiting with them."""
+        self.buffered = 0
+        self.flushing: asyncio.Future[None] | None = None
+        self.codec = Codec()
 
     async def prepare(self, progress: Progress) -> None:
         h = self.history
@@ -424,6 +459,10 @@ class ClickHouseProjection:
         progress.live = await h.call(h.live_version)
         self.version = progress.building = await h.call(h.create_version)
         self.table = version_table(self.version)
+        version = self.version
+        self.excluded = await h.call(lambda: h.exclusions(version))
+        if self.native:
+            self.coders = native_coders(self.codec)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
         """Write the batch's rows and purge its erasures at once as the live sink does
@@ -442,25 +481,95 @@ class ClickHouseProjection:
     def read(
         self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
     ) -> Changes:
-        """:func:`change_rows`: the rows :meth:`apply` would write for these bytes."""
-        return change_rows(codec, values, open_event)
+        """:func:`change_rows`: the rows :meth:`apply` would write for these bytes,
+        the bodies of the native road set apart."""
+        self.codec = codec
+        return change_rows(codec, values, open_event, self.coders)
 
     async def write(self, batch: Changes) -> int:
-        """Insert the rows into ``table``; the erasures join the pending purges."""
-        rows, table, h = batch.rows, self.table, self.history
-        if rows:
-            await h.call(lambda: h.insert_change_rows(table, rows))
+        """Insert the rows into ``table``; the bodies join the native road's buffer,
+        handed to ClickHouse once ``flush_records`` wait (one batch at a time, while
+        the log is read on); the erasures join the pending purges."""
+        if not self.coders:  # the Python road: rows go in batch by batch
+            rows, table, h = batch.rows, self.table, self.history
+            if rows:
+                await h.call(lambda: h.insert_change_rows(table, rows))
+        else:  # the native road: the rows wait with the bodies (an insert costs ~50 ms)
+            self.rows += batch.rows
+            self.buffered += len(batch.rows)
+        for fp, bodies in batch.bodies.items():
+            self.bodies.setdefault(fp, []).extend(bodies)
+            self.buffered += len(bodies)
+        if self.buffered >= self.flush_records:
+            await self.flush()
         self.pending += batch.erasures
         if self.pending and (self.swapped or len(self.pending) >= self.purge_every):
             await self.purge()
-        return len(rows)
+        return len(batch.rows) + sum(len(b) for b in batch.bodies.values())
+
+    async def flush(self) -> None:
+        """Hand the buffered bodies to ClickHouse after the batch before them is in."""
+        await self.flushed()
+        rows, groups, table = self.rows, self.bodies, self.table
+        self.rows, self.bodies, self.buffered = [], {}, 0
+        if rows or groups:
+            h = self.history
+            self.flushing = asyncio.ensure_future(
+                h.call(lambda: self.insert_native(table, rows, groups))
+            )
+
+    async def flushed(self) -> None:
+        """Wait until the batch handed to ClickHouse is in (raising what it raised)."""
+        flushing, self.flushing = self.flushing, None
+        if flushing is not None:
+            await flushing
+
+    def insert_native(
+        self, table: str, rows: list[list[Any]], groups: dict[bytes, list[bytes]]
+    ) -> None:
+        """Insert the rows, then the groups through their transcoders, all in one
+        insert; if ClickHouse refuses it (bytes that do not read), group by group, and
+        a group it refuses takes the Python road, whose reader logs and skips what does
+        not decode as a rebuild always did (what a refused insert wrote before failing
+        is written again alike: the table keeps one of each)."""
+        h = self.history
+        h.insert_change_rows(table, rows)
+        coded = [(self.coders[fp], bodies) for fp, bodies in groups.items()]
+        try:
+            h.insert_bodies(table, coded)
+            return
+        except Exception as error:
+            if len(coded) == 1:
+                self.python_road(table, *coded[0], error)
+                return
+        for coder, bodies in coded:
+            try:
+                h.insert_bodies(table, [(coder, bodies)])
+            except Exception as error:
+                self.python_road(table, coder, bodies, error)
+
+    def python_road(
+        self, table: str, coder: Transcoder, bodies: list[bytes], error: Exception
+    ) -> None:
+        """Write ``bodies`` by :func:`change_rows` after ClickHouse refused them."""
+        log.warning(
+            "ClickHouse did not read %d %s records (%s): taking the Python road",
+            len(bodies),
+            coder.event_type,
+            str(error).splitlines()[0][:200],
+        )
+        header = MAGIC + coder.fingerprint
+        values = [header + body for body in bodies]
+        self.history.insert_change_rows(table, change_rows(self.codec, values).rows)
 
     async def purge(self) -> None:
-        """Run the pending purges on ``table``."""
-        pending, table, h = self.pending, self.table, self.history
+        """Run the pending purges on ``table``, once every row read before them is in."""
+        pending, table, h, excluded = self.pending, self.table, self.history, self.excluded
         self.pending = []
         if pending:
-            await h.call(lambda: h.purge_rebuilt(table, pending))
+            await self.flush()
+            await self.flushed()
+            await h.call(lambda: h.purge_rebuilt(table, pending, excluded))
 
     def barrier(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
@@ -468,15 +577,21 @@ class ClickHouseProjection:
     async def complete(self, progress: Progress) -> None:
         """Every row comes from the log; the purges pending so far run here, before
         the last pass, so that few are left for the swap."""
+        await self.flush()
         await self.purge()
 
     async def swap(self, progress: Progress) -> None:
         version, h = self.version, self.history
         assert version is not None
+        await self.flush()
+        await self.flushed()
         await self.purge()
+        await h.call(lambda: h.keep_unexcluded(version))
         progress.previous = await h.call(lambda: h.swap_version(version))
         progress.live, progress.building = version, None
         self.table, self.swapped = CHANGES, True  # settle reads into the live table
+        self.excluded = None  # ... whose purges delete
+        self.coders = {}  # ... by the Python road: a few records at a time
 
     async def settled(self, progress: Progress) -> int:
         previous, h = progress.previous, self.history
@@ -491,6 +606,9 @@ class ClickHouseProjection:
     async def abort(self, progress: Progress) -> None:
         version, h = self.version, self.history
         self.pending = []  # the version they concern is dropped
+        self.rows, self.bodies, self.buffered = [], {}, 0
+        with contextlib.suppress(Exception):
+            await self.flushed()
         if version is not None and not self.swapped:
             await h.call(lambda: h.drop_version(version))
             progress.building = None
@@ -838,25 +956,46 @@ def decode_derived(
 
 @dataclass(frozen=True)
 class Changes:
-    """A batch of the derived log as rows of ``memory_changes`` (in log order), and
-    its erasures."""
+    """A batch of the derived log as rows of ``memory_changes`` (in log order), its
+    erasures, and the bodies of the records left to the native road."""
 
     rows: list[list[Any]]
     erasures: list[SubjectErased]
+    bodies: dict[bytes, list[bytes]] = field(default_factory=dict)
+    """Per writer fingerprint (a key of the ``native`` given to :func:`change_rows`),
+    the Avro bodies of those records, in log order."""
 
 
 def change_rows(
-    codec: Codec, values: Sequence[bytes], open_event: OpenEvent | None = None
+    codec: Codec,
+    values: Sequence[bytes],
+    open_event: OpenEvent | None = None,
+    native: Mapping[bytes, Transcoder] | None = None,
 ) -> Changes:
     """The rows of :func:`sinks.clickhouse.change_row` of :func:`decode_derived`'s
     events among ``values`` but ``memory.embedded``, equal value for value, and the
     erasures among them. Plain Avro of a current derived schema is read without
     pydantic (:meth:`Codec.read_record`, :func:`sinks.clickhouse.record_row`): the fold
     validated what it wrote; anything else (sealed, an older writer schema, JSON, bad
-    bytes, erasures) takes :func:`decode_derived`'s road."""
+    bytes, erasures) takes :func:`decode_derived`'s road. Plain Avro within the size
+    limit whose fingerprint is a key of ``native`` is not read at all: its body goes
+    to :attr:`Changes.bodies`, for ClickHouse to read (:mod:`sinks.transcode`)."""
     rows: list[list[Any]] = []
     erasures: list[SubjectErased] = []
+    bodies: dict[bytes, list[bytes]] = {}
+    native = native or {}
+    limit = codec.max_bytes
+    embedded = {fp for fp, w in codec.writers.items() if w.reader.event_type is MemoryEmbedded}
     for value in values:
+        fp = value[2:10]
+        if fp in native and value[:2] == MAGIC and len(value) <= limit:
+            group = bodies.get(fp)
+            if group is None:
+                group = bodies[fp] = []
+            group.append(value[10:])
+            continue
+        if fp in embedded and value[:2] == MAGIC:  # skipped by header
+            continue
         found = codec.read_record(value)
         kind = found[0] if found is not None else None
         if kind is MemoryEmbedded:
@@ -870,7 +1009,21 @@ def change_rows(
             rows.append(change_row(event))
             if isinstance(event, SubjectErased):
                 erasures.append(event)
-    return Changes(rows, erasures)
+    return Changes(rows, erasures, bodies)
+
+
+def native_coders(codec: Codec) -> dict[bytes, Transcoder]:
+    """The native road of every :data:`FAST_TYPES` current schema it supports, by
+    fingerprint (a schema it does not support keeps the Python road)."""
+    coders: dict[bytes, Transcoder] = {}
+    for kind in FAST_TYPES:
+        try:
+            coder = transcoder(codec.avro[kind.TYPE], CHANGE_COLUMNS)
+        except Unsupported as why:
+            log.info("%s takes the Python road in rebuilds: %s", kind.TYPE, why)
+            continue
+        coders[coder.fingerprint] = coder
+    return coders
 
 
 FAST_TYPES = frozenset(DERIVED_TYPES) - {MemoryEmbedded, SubjectErased}

@@ -24,6 +24,16 @@ the agent's history before the write returns (:mod:`sinks.clickhouse_erasure`) a
 records a receipt in ``erasures`` (one per request and agent, counts only); the view
 ``erased_subjects`` is what analysts see of an erased subject: counted, and empty.
 
+Layout: ``events`` and ``memory_changes`` are ordered by agent and sequence. ``events``,
+the raw log's archive, is partitioned by month (old months can be moved or dropped
+whole); ``memory_changes`` is one partition (``PARTITION BY tuple()``): a read of one
+agent (a snapshot, the second road of time travel) costs chdb a fixed amount for each
+data part it opens, and a partition per month kept the parts of different months apart
+(one agent's 8 months lay in 29 parts; the second road's query over all of them took
+85 ms against 47 ms over one part). A ``memory_changes`` made before keeps its monthly
+partitions (ClickHouse cannot change a partition key in place); ``engram rebuild
+clickhouse`` writes its new version in the current layout (:data:`VERSION_ENGINES`).
+
 Versions (blue/green rebuilds of ``memory_changes``): the live table keeps its name
 (the views read it by name); a rebuild fills ``memory_changes_v{n}``, created empty
 with the live table's structure, then swaps it in with one ``EXCHANGE TABLES``
@@ -39,10 +49,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -53,9 +65,65 @@ from pydantic_core import to_json
 from schemas import DerivedEvent, Event, SubjectErased
 from schemas.base import INT64_MAX
 from schemas.sealed import SEALED_HEADER
-from sinks.clickhouse_erasure import INSERT_SETTINGS, agent_waves, purge, purge_rebuilt
+from sinks.clickhouse_erasure import (
+    INSERT_SETTINGS,
+    agent_waves,
+    exclusion_ddl,
+    kept_rows,
+    purge,
+    purge_rebuilt,
+)
+from sinks.transcode import SOURCE, Transcoder, literal
 
 T = TypeVar("T")
+
+READ_COLUMNS = (
+    # the memory, episode, fact (namespace NUL key) or skill a change is about
+    """item String MATERIALIZED multiIf(
+        type = 'episode.closed', JSONExtractString(body, 'episode_id'),
+        type = 'fact.set',
+        concat(JSONExtractString(body, 'namespace'), char(0), JSONExtractString(body, 'key')),
+        type = 'skill.updated', JSONExtractString(body, 'name'),
+        memory_id)""",
+    # a memory's strength (S) after its creation, reinforcement or weakening, as written
+    """strength String MATERIALIZED if(
+        type IN ('memory.created', 'memory.reinforced', 'memory.weakened'),
+        JSONExtractRaw(body, 'strength'), '')""",
+    """invalidated Bool MATERIALIZED
+        type = 'memory.weakened' AND JSONExtractBool(body, 'invalidated')""",
+    """episode_end String MATERIALIZED
+        if(type = 'episode.closed', JSONExtractString(body, 'ended_at'), '')""",
+    # the episode whose end dates a new memory: a semantic one's first source, else its own
+    """anchor String MATERIALIZED if(type = 'memory.created',
+        if(JSONExtractString(body, 'kind') = 'semantic',
+           JSONExtractString(body, 'sources', 1), memory_id), '')""",
+    # a working-memory delta's top-level flags (bodies are compact JSON, where these
+    # substrings can only be the fields themselves) and the sessions a tick expired
+    """cleared Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"cleared":true') > 0""",
+    """blank Bool MATERIALIZED
+        type = 'working.updated' AND position(body, '"added":[]') > 0""",
+    """expired Array(String) MATERIALIZED
+        if(type = 'working.updated', JSONExtract(body, 'expired', 'Array(String)'), [])""",
+)
+"""Columns of ``memory_changes`` that ClickHouse computes from each row's ``body`` as the
+row is written (``MATERIALIZED``: never inserted, left out of ``SELECT *``), so the
+second road of time travel (:mod:`engram.history`) reads small columns instead of
+parsing every body of an agent at each query. Every writer of the table (the sink, a
+rebuild, an erasure's rewrite) gets them alike; rows written before the columns are
+computed when read."""
+
+
+def add_read_columns(table: str) -> str:
+    """The statement that gives ``table`` (a version of ``memory_changes``) the
+    :data:`READ_COLUMNS` it lacks."""
+    return f"ALTER TABLE {table} " + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {column}" for column in READ_COLUMNS
+    )
+
+
+READ_COLUMNS_VERSION = 8
+"""The migration that adds :data:`READ_COLUMNS` (to the versions on disk too)."""
 
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -89,7 +157,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
                 memory_id String,
                 body String
             ) ENGINE = ReplacingMergeTree(seq)
-            PARTITION BY toYYYYMM(occurred_at)
+            PARTITION BY tuple()
             ORDER BY (agent_id, seq, idx)""",
         ),
     ),
@@ -310,6 +378,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ORDER BY (request_id, agent_id)""",
         ),
     ),
+    (READ_COLUMNS_VERSION, (add_read_columns("memory_changes"),)),
 )
 
 VECTOR_POINTS = "vector points"
@@ -436,11 +505,23 @@ CHANGES = "memory_changes"
 _VERSION_COMMENT = re.compile(r"^engram version ([1-9][0-9]*)$")
 
 
+VERSION_ENGINES = {
+    CHANGES: "ReplacingMergeTree(seq) PARTITION BY tuple() ORDER BY (agent_id, seq, idx)"
+}
+"""The engine of a new version of a versioned table: its current layout, whatever the
+live table's (one made before the partitions went keeps them until it is rebuilt)."""
+
+
 def version_table(version: int, table: str = CHANGES) -> str:
     """``{table}_v{n}``: where version ``n`` of ``table`` lives while it is not live."""
     if version < 1:
         raise ValueError(f"versions start at 1, got {version}")
     return f"{table}_v{version}"
+
+
+def _transient(version: int, table: str, role: str) -> str:
+    """``{table}_v{n}_{role}``: a table a rebuild of version ``n`` uses for a while."""
+    return f"{version_table(version, table)}_{role}"
 
 
 def version_comment(version: int) -> str:
@@ -582,6 +663,9 @@ class ClickHouseHistory:
                 continue
             for statement in statements:
                 self.client.command(statement)
+            if version == READ_COLUMNS_VERSION:  # a version may be swapped in later
+                for kept in sorted(self.table_versions()):
+                    self.client.command(add_read_columns(version_table(kept)))
             self.client.insert(
                 "engram_ddl", [[version, datetime.now(UTC)]], column_names=["version", "applied_at"]
             )
@@ -669,12 +753,50 @@ class ClickHouseHistory:
             self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
         return receipts
 
-    def purge_rebuilt(self, table: str, erasures: Sequence[SubjectErased]) -> int:
+    def purge_rebuilt(
+        self, table: str, erasures: Sequence[SubjectErased], excluded: str | None = None
+    ) -> int:
         """Rebuild-only: purge ``erasures`` from ``table`` alone, a version being rebuilt
         from the log (:func:`sinks.clickhouse_erasure.purge_rebuilt`: no other table, no
         counts, no receipt; the live purge did those when the erasures were folded).
-        Returns the number of waves it took. Idempotent."""
-        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS)
+        With ``excluded`` (:meth:`exclusions`), the purged rows are named there rather
+        than deleted, until :meth:`keep_unexcluded`. Returns the number of waves it
+        took. Idempotent."""
+        return purge_rebuilt(self.client, erasures, table, CHANGE_COLUMNS, excluded)
+
+    def exclusions(self, version: int, table: str = CHANGES) -> str:
+        """The (new or existing) table naming the rows of ``{table}_v{n}`` its rebuild's
+        purges exclude; returns its name. It goes with :meth:`keep_unexcluded`, or with
+        :meth:`drop_version`, or with :meth:`clean_versions` after a crash."""
+        excluded = _transient(version, table, "excluded")
+        self.client.command(exclusion_ddl(excluded))
+        return excluded
+
+    def keep_unexcluded(self, version: int, table: str = CHANGES) -> None:
+        """Leave in ``{table}_v{n}`` only the rows its exclusions do not name (a copy
+        without them, exchanged with it in one ``EXCHANGE TABLES``), then drop the
+        exclusions. No copy when nothing is excluded. Interrupted, it leaves the version
+        as it was or as it is meant to be, and leftovers :meth:`clean_versions` drops."""
+        built = version_table(version, table)
+        excluded, kept = _transient(version, table, "excluded"), _transient(version, table, "kept")
+        if self._exists(excluded) and self._count(excluded):
+            self.client.command(f"DROP TABLE IF EXISTS {kept} SYNC")
+            self.client.command(
+                f"CREATE TABLE {kept} AS {built} COMMENT '{version_comment(version)}'"
+            )
+            self.client.command(
+                f"INSERT INTO {kept} {kept_rows(built, excluded)}", settings=INSERT_SETTINGS
+            )
+            self.client.command(f"EXCHANGE TABLES {kept} AND {built}")
+            self.client.command(f"DROP TABLE {kept} SYNC")
+        self.client.command(f"DROP TABLE IF EXISTS {excluded} SYNC")
+
+    def _exists(self, table: str) -> bool:
+        found = self.client.query("EXISTS TABLE {t:Identifier}", parameters={"t": table})
+        return bool(found.result_rows[0][0])
+
+    def _count(self, table: str) -> int:
+        return int(self.client.query(f"SELECT count() FROM {table}").result_rows[0][0])
 
     def _change_tables(self) -> list[str]:
         """The live memory changes and every version of them on disk."""
@@ -726,6 +848,36 @@ class ClickHouseHistory:
         if rows:
             self.insert(table, rows, CHANGE_COLUMNS)
 
+    def insert_bodies(
+        self, table: str, groups: Sequence[tuple[Transcoder, Sequence[bytes]]]
+    ) -> None:
+        """Insert into ``table`` the ``memory_changes`` rows of each group's ``bodies``
+        (Avro bodies of its transcoder's schema), transcoded by ClickHouse
+        (:mod:`sinks.transcode`), each group from a container file of its own. chdb reads
+        the files from temporary paths (``file()``), all groups in one ``INSERT …
+        SELECT … UNION ALL …`` (one plan, one part per partition, the groups read in
+        parallel); a server reads one file per insert from the request's body after the
+        query (``input()``). Raises what the insert raised (a record that does not read
+        fails its whole insert)."""
+        groups = [(coder, bodies) for coder, bodies in groups if bodies]
+        if not groups:
+            return
+        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) "
+        if not type(self.client).__module__.endswith("_chdbclient"):
+            for coder, bodies in groups:
+                select = f"SELECT {', '.join(coder.select)} FROM input({literal(coder.structure)})"
+                query = f"{head}{select} AS {SOURCE} FORMAT Avro\n"
+                self.client.raw_insert("", insert_block=query.encode() + coder.container(bodies))
+            return
+        with tempfile.TemporaryDirectory(prefix="engram-") as folder:
+            selects = []
+            for n, (coder, bodies) in enumerate(groups):
+                path = Path(folder) / f"{n}.avro"
+                path.write_bytes(coder.container(bodies))
+                source = f"file({literal(str(path))}, 'Avro', {literal(coder.structure)})"
+                selects.append(f"SELECT {', '.join(coder.select)} FROM {source} AS {SOURCE}")
+            self.client.command(head + " UNION ALL ".join(selects), settings=INSERT_SETTINGS)
+
     # -- versions (blue/green) ----------------------------------------------
     def _comments(self, table: str) -> dict[str, str]:
         """Name -> comment of ``table`` and every ``{table}_v{n}`` of this database."""
@@ -766,19 +918,30 @@ class ClickHouseHistory:
             if version > live or says != version:
                 self.drop_version(version, table)
                 dropped.append(version_table(version, table))
+        leftovers = self.client.query(
+            "SELECT name FROM system.tables WHERE database = currentDatabase()"
+            " AND match(name, {p:String}) ORDER BY name",
+            parameters={"p": f"^{re.escape(table)}_v[1-9][0-9]*_(excluded|kept)$"},
+        )
+        for (name,) in leftovers.result_rows:
+            self.client.command(f"DROP TABLE IF EXISTS {quote_identifier(name)} SYNC")
+            dropped.append(str(name))
         return dropped
 
     def create_version(self, table: str = CHANGES) -> int:
-        """A new, empty version of ``table`` with its structure; returns its number.
-        The live table is stamped with its version first, if it has none."""
+        """A new, empty version of ``table`` with its columns, in the layout of
+        :data:`VERSION_ENGINES`; returns its number. The live table is stamped with its
+        version first, if it has none."""
         live = self.live_version(table)
         if _comment_version(self._comments(table)[table]) is None:
             self.client.command(f"ALTER TABLE {table} MODIFY COMMENT '{version_comment(live)}'")
         taken = [live, *self.table_versions(table)]
         version = max(taken) + 1
+        engine = VERSION_ENGINES.get(table)
         self.client.command(
             f"CREATE TABLE {version_table(version, table)} AS {table}"
-            f" COMMENT '{version_comment(version)}'"
+            + (f" ENGINE = {engine}" if engine else "")
+            + f" COMMENT '{version_comment(version)}'"
         )
         return version
 
@@ -806,8 +969,11 @@ class ClickHouseHistory:
         return int(result.result_rows[0][0])
 
     def drop_version(self, version: int, table: str = CHANGES) -> None:
-        """Drop ``{table}_v{n}`` (never the live table); a missing one is a no-op."""
+        """Drop ``{table}_v{n}`` (never the live table) and what its rebuild used for a
+        while; a missing one is a no-op."""
         self.client.command(f"DROP TABLE IF EXISTS {version_table(version, table)} SYNC")
+        for role in ("excluded", "kept"):
+            self.client.command(f"DROP TABLE IF EXISTS {_transient(version, table, role)} SYNC")
 
     # -- reads ------------------------------------------------------------
     def count_events(self) -> int:

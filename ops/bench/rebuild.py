@@ -159,16 +159,19 @@ async def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, Progress]:
+def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, float, Progress]:
+    """Wall seconds, CPU seconds of this process (every thread: the reader, chdb's and
+    the writers') and the progress of one rebuild of ``topic``."""
     progress = Progress(
         "clickhouse" if isinstance(projection, ClickHouseProjection) else "vectors", False
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     status = asyncio.run(rebuild(projection, LogReader(bootstrap, topic), progress))
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     if status.state != "done":
         raise RuntimeError(f"rebuild ended {status.state}: {status.error}")
-    return elapsed, progress
+    return elapsed, cpu, progress
 
 
 def bench_clickhouse(
@@ -179,7 +182,7 @@ def bench_clickhouse(
     client = clickhouse_connect.get_client(dsn=f"chdb://{home / 'clickhouse'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
-    elapsed, progress = timed_rebuild(
+    elapsed, cpu, progress = timed_rebuild(
         ClickHouseProjection(history, settle_s=0), bootstrap, CHANGES_TOPIC
     )
     rows = int(client.query("SELECT count() FROM memory_changes").result_rows[0][0])
@@ -200,6 +203,7 @@ def bench_clickhouse(
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
         "rebuild_events_per_s": round(n / elapsed),
+        "rebuild_cpu_us_per_event": round(cpu / n * 1e6, 1),
         "raw_consume_per_s": round(n / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
         "decode_alone_per_s": round(n / decode_s),
@@ -225,7 +229,7 @@ def bench_vectors(
     index.ensure(dims)
     try:
         cpu, projection = cpu_times(), TimedVectors(index, MODEL)
-        elapsed, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC)
+        elapsed, _, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC)
         fixed_s = sum(projection.fixed.values())
         own_s, children_s = (after - before for after, before in zip(cpu_times(), cpu, strict=True))
         rebuilt = index.points()
@@ -250,8 +254,8 @@ def bench_vectors(
         "fixed_s": {step: round(took, 2) for step, took in projection.fixed.items()},
         "copy_points_per_s": round(points / (elapsed - fixed_s)),
         "rebuild_records_per_s": round(len(records) / elapsed),
-        "rebuild_cpu_us_per_point": round(own_s / points * 1e6),
-        "writer_process_cpu_us_per_point": round(children_s / points * 1e6),
+        "rebuild_cpu_us_per_point": round(own_s / points * 1e6, 1),
+        "writer_process_cpu_us_per_point": round(children_s / points * 1e6, 1),
         "load_average_1m": round(os.getloadavg()[0], 2),
         "raw_consume_records_per_s": round(len(records) / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),

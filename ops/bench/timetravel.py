@@ -17,7 +17,8 @@ reference in the same run is a plain ``SELECT count() FROM events`` on the reade
 client. The two roads' answers are checked against each other before they are timed.
 Timing starts once the stack has settled (every new memory embedded, so the worker's
 embedding and vector agents are idle) unless ``--no-settle``: a snapshot is then
-measured alone, not against the tail of the ingest.
+measured alone, not against the tail of the ingest. Each timed call starts after a
+garbage collection of this process (:func:`_timed`).
 
 Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 """
@@ -25,6 +26,7 @@ Run: ``python -m ops.bench.timetravel [--events 10000] [--samples 30]``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import statistics
@@ -260,8 +262,13 @@ def comparable(snapshot: Any) -> dict[str, Any]:
 
 
 def _timed(fn: Callable[[], Any], runs: int) -> list[float]:
+    """Wall time of each of ``runs`` calls of ``fn``, in ms. Each call starts after a
+    full garbage collection (not timed), so it pays for its own garbage and not for the
+    previous call's: this process holds a large heap (the generated history, road 1's
+    replays), and a collection of it took 150-260 ms inside road 2's calls."""
     out = []
     for _ in range(runs):
+        gc.collect()
         began = time.perf_counter()
         fn()
         out.append((time.perf_counter() - began) * 1000)
@@ -333,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
                 two = history_snapshot(client, agent_id, as_of=moment)
                 if comparable(one) != comparable(two):
                     raise SystemExit(f"the roads disagree as of {moment.isoformat()}")
+            parts = _parts(client)
             reference = _timed(lambda: client.query("SELECT count() FROM events"), len(samples))
             sql: list[float] = []
             replay: list[float] = []
@@ -348,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
             api.close()
         kept = stack.count(f"SELECT count() FROM agent_checkpoints WHERE agent_id = '{agent_id}'")
         print(f"checkpoints kept by position: {kept}")
+        print(f"data parts when timing began: {parts}")
         print(f"load average before timing: {os.getloadavg()[0]:.2f} (1 min)")
         print(_summary("reference: count() events", reference))
         print("through the ClickHouse endpoint of engram up (a reader's client):")
@@ -359,6 +368,16 @@ def main(argv: list[str] | None = None) -> None:
         client.close()
     finally:
         stack.stop()
+
+
+def _parts(client: Any) -> str:
+    """How many active data parts ``events`` and ``memory_changes`` have (a read of one
+    agent costs chdb a fixed amount per part it opens)."""
+    rows = client.query(
+        "SELECT table, count() FROM system.parts WHERE active AND database = currentDatabase()"
+        " AND table IN ('events', 'memory_changes') GROUP BY table ORDER BY table"
+    ).result_rows
+    return ", ".join(f"{table} {count}" for table, count in rows)
 
 
 def _get(api: httpx.Client, path: str, params: dict[str, str]) -> None:

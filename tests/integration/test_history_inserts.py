@@ -1,12 +1,13 @@
 """``ClickHouseHistory.insert`` against the real engine (chdb): the column types are
 read once per table and columns, a failed insert forgets them, and a migration run
-forgets them all."""
+forgets them all; the layout of the tables and the columns ClickHouse reads for road 2."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from uuid import uuid4
 
 import clickhouse_connect
 import pytest
@@ -14,7 +15,13 @@ from clickhouse_connect.driver.client import Client
 
 from engram.events import make_event
 from schemas import Codec
-from sinks.clickhouse import ClickHouseHistory, SequencedEvent
+from sinks.clickhouse import (
+    CHANGES,
+    MIGRATIONS,
+    READ_COLUMNS_VERSION,
+    ClickHouseHistory,
+    SequencedEvent,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -59,12 +66,28 @@ def test_a_migration_run_forgets_every_type(history: ClickHouseHistory) -> None:
     assert history._types == {}
 
 
+def monthly(statement: str) -> str:
+    """A table's DDL as a history made before the partitions went had it."""
+    return statement.replace("PARTITION BY tuple()", "PARTITION BY toYYYYMM(occurred_at)")
+
+
+def partition_keys(client: Client) -> dict[str, str]:
+    found = client.query(
+        "SELECT name, partition_key FROM system.tables WHERE database = currentDatabase()"
+    )
+    return {str(name): str(key) for name, key in found.result_rows}
+
+
 def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> None:
-    """The history tables are partitioned by month; a backfill of years in one batch
-    is written (ClickHouse's default refuses more than 100 partitions per insert)."""
+    """A history made when the tables were partitioned by month keeps them so; a
+    backfill of years in one batch is written (ClickHouse's default refuses more than
+    100 partitions per insert)."""
     client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/months")
+    for statement in MIGRATIONS[0][1]:
+        client.command(monthly(statement))
     history = ClickHouseHistory(client)
     history.ensure_schema()
+    assert partition_keys(client)["events"] == "toYYYYMM(occurred_at)"
     start = datetime(2010, 1, 15, tzinfo=UTC)
     events = [
         make_event(
@@ -81,3 +104,64 @@ def test_a_batch_spanning_more_than_a_hundred_months_lands(tmp_path: Path) -> No
     months = client.query("SELECT uniqExact(toYYYYMM(occurred_at)), count() FROM events")
     assert tuple(months.result_rows[0]) == (150, 150)
     client.close()
+
+
+def test_memory_changes_are_one_partition_and_a_rebuild_drops_the_months(
+    tmp_path: Path,
+) -> None:
+    """A new history's memory changes are one partition (a read of one agent opens
+    fewer data parts), its archive of events is partitioned by month; a new version of
+    ``memory_changes`` has the current layout, whatever the live table's, and the live
+    table's read columns."""
+    fresh = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/fresh")
+    ClickHouseHistory(fresh).ensure_schema()
+    keys = partition_keys(fresh)
+    assert keys[CHANGES] == "tuple()"
+    assert keys["events"] == "toYYYYMM(occurred_at)"
+    fresh.close()
+    old = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/old")
+    for statement in MIGRATIONS[0][1]:
+        old.command(monthly(statement))
+    history = ClickHouseHistory(old)
+    history.ensure_schema()
+    version = history.create_version()
+    keys = partition_keys(old)
+    assert keys[CHANGES] == "toYYYYMM(occurred_at)"
+    assert keys[f"{CHANGES}_v{version}"] == "tuple()"
+    described = old.query(f"DESCRIBE TABLE {CHANGES}_v{version}").result_rows
+    assert ("item", "MATERIALIZED") in {(str(row[0]), str(row[2])) for row in described}
+    old.close()
+
+
+def test_the_read_columns_reach_rows_written_before_and_every_version(tmp_path: Path) -> None:
+    """A history made before the read columns gets them in its live table and in every
+    version on disk (one may be swapped in later); rows written before have them
+    computed when read, rows written after as they are written."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/read")
+    client.command(
+        "CREATE TABLE engram_ddl (version UInt32, applied_at DateTime64(3, 'UTC'))"
+        " ENGINE = MergeTree ORDER BY version"
+    )
+    for version, statements in MIGRATIONS[: READ_COLUMNS_VERSION - 1]:
+        for statement in statements:
+            client.command(statement)
+        client.insert("engram_ddl", [[version, datetime.now(UTC)]])
+    history = ClickHouseHistory(client)
+    kept = history.create_version()
+    history.insert_change_rows(CHANGES, [change("m1", '"kind":"semantic","sources":["e1","e2"]')])
+    assert history.ensure_schema() == READ_COLUMNS_VERSION
+    history.insert_change_rows(CHANGES, [change("m2", '"kind":"turn","sources":[]')])
+    for table in (CHANGES, f"{CHANGES}_v{kept}"):
+        described = client.query(f"DESCRIBE TABLE {table}").result_rows
+        assert {"item", "strength", "anchor", "expired"} <= {str(row[0]) for row in described}
+    read = client.query(f"SELECT item, strength, anchor FROM {CHANGES} ORDER BY seq")
+    assert [tuple(row) for row in read.result_rows] == [("m1", "2.5", "e1"), ("m2", "2.5", "m2")]
+    client.close()
+
+
+def change(memory_id: str, fields: str) -> list[object]:
+    """A ``memory.created`` row of ``memory_changes`` whose body holds ``fields``."""
+    seq = int(memory_id[1:])
+    body = f'{{"memory_id":"{memory_id}",{fields},"strength":2.5}}'
+    at = datetime(2026, 3, 2, tzinfo=UTC)
+    return ["a", seq, 0, uuid4(), "memory.created", uuid4(), None, None, at, "c1", memory_id, body]

@@ -168,6 +168,62 @@ def test_a_rebuild_purges_erasures_as_the_live_sink_did(
     rebuilt = client.query(ALL.format("memory_changes")).result_rows
     assert rebuilt == client.query(ALL.format("memory_changes_v1")).result_rows == live
     assert len(history.erasures()) == len(erasures), "the rebuild writes no receipt"
+    assert transient_tables(client) == [], "the exclusions went with the swap"
+
+
+def transient_tables(client: Client) -> list[str]:
+    """Tables a rebuild uses for a while (its exclusions and the copy without them)."""
+    found = client.query(
+        "SELECT name FROM system.tables WHERE database = currentDatabase()"
+        " AND match(name, '_v[0-9]+_(excluded|kept)$') ORDER BY name"
+    )
+    return [str(r[0]) for r in found.result_rows]
+
+
+def test_what_an_interrupted_purge_left_is_cleaned_and_the_live_version_stays(
+    client: Client,
+) -> None:
+    """A rebuild killed between its purges and its swap leaves its version, its
+    exclusions and perhaps the copy without them: the next rebuild's clean-up drops
+    them all, and the live table and kept versions are untouched."""
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    fold_live(history)
+    live = client.query(ALL.format("memory_changes")).result_rows
+    version = history.create_version()
+    excluded = history.exclusions(version)
+    client.command(f"INSERT INTO {excluded} VALUES (1)")
+    client.command(f"CREATE TABLE memory_changes_v{version}_kept AS memory_changes")
+    assert transient_tables(client) == [
+        f"memory_changes_v{version}_{r}" for r in ("excluded", "kept")
+    ]
+    dropped = history.clean_versions()
+    assert f"memory_changes_v{version}" in dropped
+    assert transient_tables(client) == []
+    assert client.query(ALL.format("memory_changes")).result_rows == live
+    assert history.live_version() == 1
+
+
+def test_keeping_the_unexcluded_rows_copies_the_version_without_them(client: Client) -> None:
+    """What a rebuild's purges named leaves the version at its swap; the rest is kept
+    as it was, and the exclusions go."""
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    fold_live(history)
+    version = history.create_version()
+    table = f"memory_changes_v{version}"
+    client.command(f"INSERT INTO {table} SELECT * FROM memory_changes")
+    everything = client.query(ALL.format(table)).result_rows
+    assert {r[0] for r in everything} >= {"a1", "a2"}
+    excluded = history.exclusions(version)
+    client.command(
+        f"INSERT INTO {excluded} SELECT cityHash64(agent_id, seq, idx, body) FROM {table}"
+        " WHERE agent_id = 'a1'"
+    )
+    history.keep_unexcluded(version)
+    assert client.query(ALL.format(table)).result_rows == [r for r in everything if r[0] != "a1"]
+    assert transient_tables(client) == []
+    assert history.table_versions()[version] == version, "the copy carries its version"
 
 
 def test_the_live_purge_rewrites_the_agents_own_documents_too(client: Client) -> None:

@@ -9,11 +9,18 @@ from typing import Any
 
 import pytest
 
-from engram.history import memory_created_at, rebuild_trace, sessions_from_deltas
+from engram.history import memory_created_at, rebuild_trace, sessions_from_deltas, trace_clock
 from ops.bench.timetravel import START, history_of
 from processors import AgentMemory, MemoryConfig
-from processors.forgetting import ForgettingParams, new_trace, reinforce, retention, weaken
-from schemas import MemoryCreatedBody, WorkingUpdated
+from processors.forgetting import (
+    ForgettingParams,
+    new_trace,
+    reinforce,
+    retention,
+    retention_of,
+    weaken,
+)
+from schemas import WorkingUpdated
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -61,22 +68,20 @@ def test_a_trace_rebuilt_from_its_changes_has_the_folds_retention(curve: str) ->
         invalidated=False,
         params=params,
     )
+    last, clock = trace_clock(
+        created_at=T0,
+        reinforced_at=T0 + timedelta(days=2),
+        reviewed_at=T0 + timedelta(days=5),
+        params=params,
+    )
+    assert last == rebuilt.last_reinforced_at
     for days in (0, 1, 3, 7, 30, 400):
         at = T0 + timedelta(days=days, hours=5)
         assert retention(rebuilt, at, params) == retention(trace, at, params)
+        assert retention_of(trace.strength_days, clock, at, params) == retention(trace, at, params)
 
 
 def test_a_semantic_memory_is_dated_at_the_end_of_its_window() -> None:
-    body = MemoryCreatedBody(
-        memory_id="m",
-        layer="L3",
-        kind="semantic",
-        text="t",
-        importance=5,
-        sentiment=0,
-        confidence=0.5,
-        strength=1.0,
-    )
     config = MemoryConfig()
-    at = memory_created_at(body, T0 + timedelta(days=3), "2026-03-02T17:45:00.123Z", config)
+    at = memory_created_at("semantic", T0 + timedelta(days=3), "2026-03-02T17:45:00.123Z", config)
     assert at.isoformat() == "2026-03-03T00:00:00+00:00"

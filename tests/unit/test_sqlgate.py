@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from engram.sqlgate import (
+    MEMO_CHARS,
     ReadOnlyViolation,
     ReadQuery,
     UncheckableQuery,
+    bind_placeholders,
     check_format,
     check_read_only,
     check_settings,
@@ -186,3 +188,22 @@ def test_table_functions_that_reach_outside_are_refused(sql: str) -> None:
 
 def test_columns_and_ordinary_functions_named_like_them_pass() -> None:
     check_read_only("SELECT url, file FROM events WHERE path(url) != '' AND lower(file) = 'x'")
+
+
+@pytest.mark.parametrize("pad", [0, MEMO_CHARS])
+def test_a_text_checked_again_gets_the_same_answer_and_binds_other_values(pad: int) -> None:
+    """Checks and placeholders of short texts are remembered, of long ones not: the
+    answers are the same either way, and each call binds its own values."""
+    sql = "SELECT {a:String}, '{b:String}'" + " " * pad + " -- {c:UInt8}"
+    assert (
+        check_read_only(sql)
+        == check_read_only(sql)
+        == ReadQuery(sql.split(" --")[0].rstrip(), None)
+    )
+    one = bind_placeholders(sql, {"a": "x"})
+    two = bind_placeholders(sql, {"a": "y"})
+    assert one.startswith("SELECT CAST('x' AS String), '{b:String}'")
+    assert two.startswith("SELECT CAST('y' AS String), '{b:String}'")
+    for _ in range(2):  # a refusal is not remembered as a pass
+        with pytest.raises(ReadOnlyViolation):
+            check_read_only("SELECT 1; DROP TABLE t" + " " * pad)

@@ -1,0 +1,268 @@
+"""The rebuild's native road (:mod:`sinks.transcode`): ClickHouse reading the derived
+records' Avro bodies itself writes the rows the Python road writes, value for value
+and the body byte for byte, on the real engine (chdb).
+
+Events are drawn from the models (``model_strategy`` of the round-trip tests): any
+string (control characters, astral and CJK text), any double a model accepts, any
+aware datetime from year 1 to 9999. Each batch goes into two tables of the
+``memory_changes`` structure: one through ``record_row`` and clickhouse-connect's
+insert (the Python road), one through the transcoder; the tables must hold the same
+rows. The JSON encoders are also held, expression by expression, to
+``pydantic_core.to_json`` over values chosen to reach every branch."""
+
+from __future__ import annotations
+
+import io
+import math
+import struct
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import clickhouse_connect
+import fastavro
+import pytest
+from clickhouse_connect.driver.client import Client
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_core import to_json
+
+from ops.rebuild import FAST_TYPES, ClickHouseProjection, change_rows, native_coders
+from schemas import Codec, DerivedEvent, FactSet, MemoryCreated
+from sinks.clickhouse import CHANGE_COLUMNS, ClickHouseHistory, record_row
+from sinks.transcode import Transcoder, Unsupported, column_type, json_sql, literal, transcoder
+from tests.unit.test_schemas_roundtrip import model_strategy
+
+CODEC = Codec()
+CODERS = native_coders(CODEC)
+BY_TYPE = {coder.event_type: coder for coder in CODERS.values()}
+FAST_TYPES_BY_NAME = {t.TYPE: t for t in FAST_TYPES}
+FAST = pytest.mark.parametrize("event_type", sorted(FAST_TYPES, key=lambda t: t.TYPE), ids=str)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseHistory]:
+    path: Path = tmp_path_factory.mktemp("transcode") / "clickhouse"
+    client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+    history = ClickHouseHistory(client)
+    history.ensure_schema()
+    for name in ("by_python", "by_clickhouse"):  # no merges: every row stays as written
+        client.command(f"CREATE TABLE {name} AS memory_changes ENGINE = Memory")
+    try:
+        yield history
+    finally:
+        client.close()
+
+
+def rows(client: Client, table: str) -> list[tuple[Any, ...]]:
+    order = ", ".join(CHANGE_COLUMNS)
+    return [tuple(r) for r in client.query(f"SELECT * FROM {table} ORDER BY {order}").result_rows]
+
+
+def test_every_fast_type_has_a_native_road() -> None:
+    """The derived schemas hold only nodes the transcoder knows: a type left to the
+    Python road would be a silent loss of speed, so it is named here."""
+    assert set(BY_TYPE) == {t.TYPE for t in FAST_TYPES}
+
+
+def in_the_tables_domain(event_type: type[DerivedEvent]) -> st.SearchStrategy[DerivedEvent]:
+    """Events whose envelope the ``memory_changes`` columns hold (``idx`` a UInt16,
+    ``occurred_at`` a DateTime64 from 1900 to 2299), as the fold makes them; their
+    bodies are left as drawn (any year there: it is JSON text in the table)."""
+    return st.builds(
+        lambda event, seq, idx, moment: event.model_copy(
+            update={"seq": seq, "idx": idx, "occurred_at": moment}
+        ),
+        model_strategy(event_type),
+        st.integers(0, 2**63 - 1),
+        st.integers(0, 2**16 - 1),
+        st.datetimes(datetime(1900, 1, 2), datetime(2299, 12, 30), timezones=st.just(UTC)),
+    )
+
+
+@FAST
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_clickhouse_writes_the_rows_the_python_road_writes(
+    history: ClickHouseHistory, event_type: type[DerivedEvent], data: st.DataObject
+) -> None:
+    events = data.draw(st.lists(in_the_tables_domain(event_type), min_size=1, max_size=25))
+    values = [CODEC.encode(e) for e in events]
+    client = history.client
+    for table in ("by_python", "by_clickhouse"):
+        client.command(f"TRUNCATE TABLE {table}")
+    python_rows = []
+    for value in values:
+        found = CODEC.read_record(value)
+        assert found is not None
+        python_rows.append(record_row(found[1]))
+    history.insert_change_rows("by_python", python_rows)
+    coder = BY_TYPE[event_type.TYPE]
+    assert all(v[2:10] == coder.fingerprint for v in values)
+    history.insert_bodies("by_clickhouse", [(coder, [v[10:] for v in values])])
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event=st.deferred(lambda: model_strategy(FAST_TYPES_BY_NAME["memory.created"])))
+def test_a_body_cut_short_fails_the_batch_instead_of_shifting_it(
+    history: ClickHouseHistory, event: DerivedEvent
+) -> None:
+    """Each record is a block of its own: a truncated body makes the insert fail (the
+    rebuild then takes the Python road for that batch), it never reads the next
+    record's bytes as the rest of this one."""
+    body = CODEC.encode(event)[10:]
+    history.client.command("TRUNCATE TABLE by_clickhouse")
+    with pytest.raises(Exception):  # noqa: B017 - the engine's own error type
+        history.insert_bodies(
+            "by_clickhouse", [(BY_TYPE["memory.created"], [body[: len(body) // 2], body])]
+        )
+    assert rows(history.client, "by_clickhouse") == []
+
+
+# -- the JSON encoders, expression by expression --------------------------------------
+
+
+def evaluate(client: Client, node: Any, column_type: str, values: list[str]) -> list[str]:
+    """``json_sql(node)`` over SQL literals ``values`` of ``column_type``, in order."""
+    array = f"CAST([{', '.join(values)}], 'Array({column_type})')"
+    sql = (
+        f"SELECT {json_sql(node, 'v')} FROM"
+        f" (SELECT arrayJoin(arrayEnumerate({array})) AS i, {array}[i] AS v) ORDER BY i"
+    )
+    return [str(r[0]) for r in client.query(sql).result_rows]
+
+
+def float_literal(x: float) -> str:
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"reinterpretAsFloat64(unhex('{struct.pack('<d', x).hex()}'))"
+
+
+EDGE_DOUBLES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.1,
+    1e-5,
+    9.999999999999999e-06,
+    1e16,
+    9999999999999998.0,
+    1.5e300,
+    -2.5e-300,
+    5e-324,
+    1.7976931348623157e308,
+    123456789.125,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.floats(), min_size=1, max_size=60))
+def test_doubles_are_written_as_pydantic_writes_them(
+    history: ClickHouseHistory, values: list[float]
+) -> None:
+    values = [*EDGE_DOUBLES, *values]
+    found = evaluate(history.client, "double", "Float64", [float_literal(x) for x in values])
+    assert found == [to_json(x, inf_nan_mode="constants").decode() for x in values]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.text(), min_size=1, max_size=40))
+def test_strings_are_escaped_as_pydantic_escapes_them(
+    history: ClickHouseHistory, values: list[str]
+) -> None:
+    values = ["", "\x00\x1f\x7f", '"\\/\b\f\n\r\t', "你好 🧠 é", *values]
+    found = evaluate(history.client, "string", "String", [literal(v) for v in values])
+    assert found == [to_json(v).decode() for v in values]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values=st.lists(st.datetimes(timezones=st.just(UTC)), min_size=1, max_size=40))
+def test_timestamps_are_written_as_pydantic_writes_them(
+    history: ClickHouseHistory, values: list[datetime]
+) -> None:
+    """Milliseconds, as Avro keeps them, from year 1 to 9999 (leap days, the epoch)."""
+    edges = [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(1970, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        datetime(2000, 2, 29, 12, tzinfo=UTC),
+        datetime(1900, 3, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+    ]
+    moments = [m.replace(microsecond=m.microsecond // 1000 * 1000) for m in edges + values]
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    millis = [str((m - epoch) // timedelta(milliseconds=1)) for m in moments]
+    node = {"type": "long", "logicalType": "timestamp-millis"}
+    found = evaluate(history.client, node, "Int64", millis)
+    assert found == [to_json(m).decode() for m in moments]
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        "float",
+        "bytes",
+        {"type": "enum", "name": "E", "symbols": ["a"]},
+        ["null", "string", "long"],
+        ["string", "null"],
+        {"type": "string", "logicalType": "date"},
+        "no.such.Record",
+    ],
+    ids=str,
+)
+def test_nodes_without_a_native_road_are_refused(node: Any) -> None:
+    with pytest.raises(Unsupported):
+        column_type(node)
+
+
+def test_a_schema_with_an_unknown_column_is_refused() -> None:
+    """A ``memory_changes`` column the record has no field for keeps the Python road."""
+    avro_type = CODEC.avro["fact.set"]
+    with pytest.raises(Unsupported, match="no field for the column 'not_a_field'"):
+        transcoder(avro_type, (*CHANGE_COLUMNS, "not_a_field"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(events=st.lists(st.deferred(lambda: model_strategy(FAST_TYPES_BY_NAME["fact.set"]))))
+def test_the_container_reads_back_record_for_record(events: list[DerivedEvent]) -> None:
+    """The container file reads back, record for record, with fastavro too."""
+    coder: Transcoder = BY_TYPE["fact.set"]
+    values = [CODEC.encode(e) for e in events]
+    read = list(fastavro.reader(io.BytesIO(coder.container([v[10:] for v in values]))))
+    assert [CODEC.read_record(v)[1] for v in values] == read  # type: ignore[index]
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    created=st.lists(st.deferred(lambda: in_the_tables_domain(MemoryCreated)), min_size=2),
+    facts=st.lists(st.deferred(lambda: in_the_tables_domain(FactSet)), min_size=1),
+)
+def test_a_group_clickhouse_refuses_takes_the_python_road_and_the_others_stay_native(
+    history: ClickHouseHistory, created: list[DerivedEvent], facts: list[DerivedEvent]
+) -> None:
+    """One insert for every group of a flush; when a body in it does not read, the
+    groups are tried one by one and the refused one is written by the Python road
+    (which skips the record that does not decode): the table ends as the Python road
+    alone would leave it."""
+    projection = ClickHouseProjection(history)
+    projection.coders = CODERS
+    values = [CODEC.encode(e) for e in [*created, *facts]]
+    values[0] = values[0][: 10 + (len(values[0]) - 10) // 2]  # a body cut short
+    groups: dict[bytes, list[bytes]] = {}
+    for value in values:
+        groups.setdefault(value[2:10], []).append(value[10:])
+    client = history.client
+    for table in ("by_python", "by_clickhouse"):
+        client.command(f"TRUNCATE TABLE {table}")
+    projection.insert_native("by_clickhouse", [], groups)
+    history.insert_change_rows("by_python", change_rows(CODEC, values).rows)
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+    assert len(rows(client, "by_python")) == len(values) - 1
