@@ -26,10 +26,12 @@ How, for both targets:
    starts over) and apply every event in log order: rows for ClickHouse
    (``memory.embedded`` is the vector store's business and is skipped: it shares
    its creation's ``seq``/``idx``), the idempotent vector operations of
-   :mod:`streams.vectors` for Qdrant (``memory.embedded`` carries the vector: no
-   model is called; a batch's operations are coalesced into one call per kind,
+   :mod:`streams.vectors` for Qdrant (``memory.embedded`` carries the vector, and
+   since its version 2 the BM25 weights of the text: no model is called, no text
+   tokenised again; a batch's operations are coalesced into one call per kind,
    see :func:`coalesce`). One batch is written while the next is read and
-   decoded. Passes repeat until the lag is small; each pass reads up to the end
+   decoded; an Edge version is written by a process of its own
+   (:class:`VectorProjection`). Passes repeat until the lag is small; each pass reads up to the end
    offsets and then on until a fetch brings nothing (Tansu reports an end offset
    short of a partition's last batch).
 4. Swap. Vectors: the live projection's writes are held at a gate
@@ -63,7 +65,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,14 +102,29 @@ from sinks.clickhouse import (
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent
 from sinks.transcode import Transcoder, Unsupported, transcoder
-from sinks.vectors import Hit, Point, Scope, SparseVector, VectorIndex, canonical_id
+from sinks.vectors import (
+    Hit,
+    LendsVersions,
+    Point,
+    Scope,
+    SparseVector,
+    VectorIndex,
+    VectorWriter,
+    canonical_id,
+)
 from streams.logwriter import LogWriter, Record
 from streams.vectors import (
     VECTOR_TYPES,
+    Creation,
     Op,
+    PlainRecords,
+    Recorded,
+    Terms,
     apply_operations,
+    creation_of,
+    creation_of_record,
     embedded_event,
-    kind_of,
+    header_kind,
     millis,
     operations,
 )
@@ -597,6 +614,16 @@ class ClickHouseProjection:
             progress.building = None
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """A memory waiting for its vector of the model: whose it is, and its creation (the
+    event, or its plain bytes, decoded only if it has to be embedded)."""
+
+    agent_id: str
+    user_id: str | None
+    created: MemoryCreated | bytes
+
+
 class EmbeddingStage:
     """The embedding stage of a vector rebuild: the ``memory.created`` whose log holds
     no ``memory.embedded`` of the model (the stack's model was changed) are embedded and
@@ -614,13 +641,18 @@ class EmbeddingStage:
         self.topic = topic
         self.make_writer = make_writer
         self.batch = batch
-        self.pending: dict[str, MemoryCreated] = {}
+        self.pending: dict[str, Waiting] = {}
+
+    def wait(self, memory_id: str, agent_id: str, user_id: str | None, raw: bytes) -> None:
+        """A creation read from its plain bytes waits for its vector of the model, as
+        :meth:`note` of its event would have it wait."""
+        self.pending[memory_id] = Waiting(agent_id, user_id, raw)
 
     def note(self, events: Sequence[DerivedEvent]) -> None:
         """Follow the log: creations wait for their vector of the model."""
         for event in events:
             if isinstance(event, MemoryCreated):
-                self.pending[event.body.memory_id] = event
+                self.pending[event.body.memory_id] = Waiting(event.agent_id, event.user_id, event)
             elif isinstance(event, MemoryEmbedded) and event.body.model == self.embedder.name:
                 self.pending.pop(event.body.memory_id, None)
             elif isinstance(event, SubjectErased):
@@ -629,8 +661,8 @@ class EmbeddingStage:
                     if event.body.subject == event.agent_id
                     else {event.body.subject}
                 )
-                for memory_id, created in list(self.pending.items()):
-                    if created.agent_id == event.agent_id and created.user_id in owners:
+                for memory_id, waiting in list(self.pending.items()):
+                    if waiting.agent_id == event.agent_id and waiting.user_id in owners:
                         del self.pending[memory_id]
 
     async def run(self) -> list[MemoryEmbedded]:
@@ -639,7 +671,7 @@ class EmbeddingStage:
         out: list[MemoryEmbedded] = []
         loop = asyncio.get_running_loop()
         try:
-            todo = list(self.pending.values())
+            todo = creations(codec, self.pending.values())
             for start in range(0, len(todo), self.batch):
                 created = todo[start : start + self.batch]
                 texts = [e.body.text for e in created]
@@ -659,8 +691,24 @@ class EmbeddingStage:
             await writer.stop()
 
 
+def creations(codec: Codec, waiting: Iterable[Waiting]) -> list[MemoryCreated]:
+    """The creations of the ``waiting`` memories, their plain bytes decoded."""
+    out: list[MemoryCreated] = []
+    for created in (w.created for w in waiting):
+        event = created if isinstance(created, MemoryCreated) else codec.decode(created)
+        if isinstance(event, MemoryCreated):
+            out.append(event)
+    return out
+
+
 class VectorProjection:
-    """The vector collection of one embedding model (``model``'s vectors only)."""
+    """The vector collection of one embedding model (``model``'s vectors only).
+
+    On an index that lends versions (:class:`sinks.vectors.LendsVersions`: Edge), the
+    version being built is written by a writer process from :meth:`prepare` until
+    :meth:`complete` takes it back, so Edge's writes (which hold the interpreter lock)
+    run beside the reading and decoding instead of between them; the last pass and
+    the swap then run in this process, under the live projection's gate as before."""
 
     settle_s = 0.0
 
@@ -679,9 +727,11 @@ class VectorProjection:
         self.gate = gate
         self.embedding = embedding
         self.version: int | None = None
-        self.writer: VectorIndex | None = None
+        self.writer: VectorWriter | None = None
+        self.lent = False
         self.swapped = False
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="engram-rebuild-vectors")
+        self.plain: tuple[Codec, PlainRecords] | None = None
 
     async def prepare(self, progress: Progress) -> None:
         live = progress.live = self.index.live_version()
@@ -690,7 +740,10 @@ class VectorProjection:
                 self.index.drop_version(version)
                 progress.cleaned = [*progress.cleaned, f"vectors v{version}"]
         self.version = progress.building = self.index.create_version()
-        self.writer = self.index.pinned(self.version)
+        if isinstance(self.index, LendsVersions):
+            self.writer, self.lent = self.index.lend(self.version), True
+        else:
+            self.writer = self.index.pinned(self.version)
 
     async def apply(self, events: list[DerivedEvent]) -> int:
         if self.embedding is not None:
@@ -701,29 +754,66 @@ class VectorProjection:
         self, values: Sequence[bytes], codec: Codec, open_event: OpenEvent | None = None
     ) -> list[Op]:
         """The store operations of ``values``, in log order, as :meth:`apply` makes
-        them of :func:`decode_derived`'s events; a recorded vector (``memory.embedded``
-        in plain current-schema Avro) is read without pydantic (:meth:`Codec.read_record`:
-        the embedding agent validated what it wrote), the others of the types the
+        them of :func:`decode_derived`'s events. Recorded vectors and creations in plain
+        current-schema Avro are read without pydantic (:class:`PlainRecords`: the fold
+        and the embedding agent validated what they wrote), the others of the types the
         projection acts on take the typed road, and the rest is skipped by its header
-        (working memory, episodes … : most of the log)."""
-        ops: list[Op] = []
+        (working memory, episodes … : most of the log). A creation takes the BM25
+        weights recorded beside a vector of it in the same batch (``memory.embedded``'s
+        ``terms``, where :func:`recorded_terms` vouches for them: the weights its text
+        gives today), else they are computed from its text."""
+        plain = self.plain_records(codec)
+        read = BatchRead()
         for value in values:
-            kind = kind_of(codec, value)
+            kind = header_kind(codec, value)
             if kind is not None and kind not in VECTOR_TYPES:
                 continue  # read from the header alone: no decoding
-            found = codec.read_record(value) if kind == EMBEDDED else None
-            if found is not None and found[0] is MemoryEmbedded:
-                body = found[1]["body"]
-                if body["model"] == self.model:
-                    if self.embedding is not None:
-                        self.embedding.pending.pop(body["memory_id"], None)
-                    ops.append(Op("dense", (body["memory_id"], body["vector"])))
-                continue
-            events = decode_derived(codec, [value], open_event)
+            recorded = plain.vector(value) if kind == EMBEDDED else None
+            record = plain.creation(value) if kind == CREATED else None
+            if recorded is not None:
+                self.take_vector(recorded, read)
+            elif record is None or not self.take_creation(record, value, read):
+                self.take_events(decode_derived(codec, [value], open_event), read)
+        return read.operations()
+
+    def plain_records(self, codec: Codec) -> PlainRecords:
+        """The plain reader of ``codec``'s schemas (made once per codec)."""
+        if self.plain is None or self.plain[0] is not codec:
+            self.plain = codec, PlainRecords(codec)
+        return self.plain[1]
+
+    def take_vector(self, recorded: Recorded, read: BatchRead) -> None:
+        """A recorded vector: its weights for its creation, its vector if of the model."""
+        read.note(recorded)
+        if recorded.model == self.model:
             if self.embedding is not None:
-                self.embedding.note(events)
-            ops += operations(events, self.model)
-        return ops
+                self.embedding.pending.pop(recorded.memory_id, None)
+            read.items.append(Op("dense", (recorded.memory_id, recorded.vector)))
+
+    def take_creation(self, record: dict[str, Any], value: bytes, read: BatchRead) -> bool:
+        """A plain creation; False when its record makes no point (the typed road)."""
+        try:
+            creation = creation_of_record(record)
+        except (KeyError, TypeError, ValueError):
+            return False
+        if self.embedding is not None:
+            payload = creation.bare.payload
+            memory_id = record["body"]["memory_id"]
+            self.embedding.wait(memory_id, payload["agent_id"], payload["user_id"], value)
+        read.items.append(creation)
+        return True
+
+    def take_events(self, events: list[DerivedEvent], read: BatchRead) -> None:
+        """Typed events: as :func:`operations`, creations and vectors as above."""
+        if self.embedding is not None:
+            self.embedding.note(events)
+        for event in events:
+            if isinstance(event, MemoryCreated):
+                read.items.append(creation_of(event))
+                continue
+            if isinstance(event, MemoryEmbedded):
+                read.note(Recorded.of(event))
+            read.items += operations([event], self.model)
 
     async def write(self, changes: list[Op]) -> int:
         """Apply ``changes`` (coalesced) to the version being built; return how many."""
@@ -735,8 +825,16 @@ class VectorProjection:
         return len(changes)
 
     async def complete(self, progress: Progress) -> None:
-        """Embed the memories the log has no vector of this model for (the model was
-        changed): the embedding stage alone, recorded on the log like the live one's."""
+        """Take the version back from its writer process (the writes in flight are
+        drained: :func:`rebuild` calls this between passes), then embed the memories
+        the log has no vector of this model for (the model was changed): the embedding
+        stage alone, recorded on the log like the live one's."""
+        if self.lent and isinstance(self.index, LendsVersions) and self.version is not None:
+            version, index = self.version, self.index
+            await asyncio.get_running_loop().run_in_executor(
+                self.pool, lambda: index.reclaim(version)
+            )
+            self.writer, self.lent = self.index.pinned(version), False
         if self.embedding is None or not self.embedding.pending:
             return
         progress.phase = f"embedding {len(self.embedding.pending)} memories with {self.model}"
@@ -762,6 +860,30 @@ class VectorProjection:
         if self.version is not None and not self.swapped:
             self.index.drop_version(self.version)
             progress.building = None
+
+
+@dataclass
+class BatchRead:
+    """A batch of the log as the vector rebuild reads it: operations in log order,
+    creations waiting for their weights (:class:`Creation`), and the weights recorded
+    in the batch by the id of the creation they belong to."""
+
+    items: list[Op | Creation] = field(default_factory=list)
+    terms: dict[str, Terms] = field(default_factory=dict)
+
+    def note(self, recorded: Recorded) -> None:
+        """Keep the weights a recorded vector brings (any model's) for its creation."""
+        if recorded.terms is not None:
+            self.terms[recorded.created_by] = recorded.terms
+
+    def operations(self) -> list[Op]:
+        """The batch's operations; each creation an upsert with its recorded weights,
+        or with weights computed from its text."""
+        terms = self.terms
+        return [
+            item if isinstance(item, Op) else Op("upsert", item.point(terms.get(item.event_id)))
+            for item in self.items
+        ]
 
 
 def coalesce(ops: list[Op]) -> list[Op]:
@@ -806,6 +928,7 @@ def coalesce(ops: list[Op]) -> list[Op]:
 
 
 EMBEDDED = MemoryEmbedded.TYPE
+CREATED = MemoryCreated.TYPE
 
 CAUGHT_UP = 2_000
 """Lag (records) below which a rebuild stops its open passes and swaps."""
@@ -941,6 +1064,7 @@ async def rebuild(
             events = decode_derived(codec, values, open_event)
             await drain()
             writing = asyncio.ensure_future(projection.apply(events))
+        await asyncio.sleep(0)  # the write starts now, not when the next batch is read
         progress.done = reader.done()
         progress.total = max(progress.total, progress.done)  # records arrived meanwhile
 

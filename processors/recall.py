@@ -13,7 +13,8 @@ Contract:
   so every process agrees on them;
 * the tokenizer is part of the index: changing it (its stopwords, its stemmer,
   its ranges) changes the sparse vectors already stored, so such a change needs
-  a reindex. Its Unicode tables are Python's (``unicodedata``; 14.0.0 on 3.11);
+  a reindex and a new :data:`TOKENIZER`. Its Unicode tables are Python's
+  (``unicodedata``; 14.0.0 on 3.11);
 * every score and every part of it is finite and in ``[0, 1]``.
 """
 
@@ -310,6 +311,12 @@ def _mark_code_points() -> Iterator[int]:
 
 
 # --- sparse vectors -------------------------------------------------------------
+
+TOKENIZER = f"engram-bm25-1/unicode-{unicodedata.unidata_version}"
+"""Names what :func:`document_sparse` computes with its default parameters: the
+tokenizer, the weighting and Python's Unicode tables. Weights recorded under another
+name (``memory.embedded``'s ``terms``) are computed again, not trusted; bump the
+number with any change that changes a document's weights."""
 
 SparseVector = tuple[list[int], list[float]]
 """``(indices, values)``, indices strictly ascending: Qdrant's ``SparseVector``."""

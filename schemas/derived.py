@@ -175,16 +175,39 @@ class WorkingUpdated(DerivedEvent):
     body: WorkingBody
 
 
+class TermWeights(Model):
+    """The BM25 document weights of a memory's text (term indices and weights, as the
+    vector projection stores them), recorded beside its vector so that a rebuild need
+    not tokenise the text again. Packed, so that a reader takes each list whole rather
+    than an item at a time: ``indices`` is the base64 of little-endian unsigned 32-bit
+    integers, ascending, ``values`` the base64 of one little-endian IEEE double per
+    index. ``tokenizer`` names the tokenizer and weighting that made them
+    (``processors.recall.TOKENIZER``): a reader whose own differs computes the weights
+    again, as it does when they are not well formed."""
+
+    tokenizer: str
+    indices: str
+    values: str
+
+
 class EmbeddedBody(Model):
+    """A memory's vector from ``model``. ``terms`` (version 2; None in version-1
+    bytes) are the BM25 weights of the text that was embedded. ``vector`` stays the
+    last field: readers unpack it whole (``schemas.avro.DoublesTail``)."""
+
     memory_id: str
     model: str
     model_version: str
     dims: Annotated[int, Field(gt=0, le=INT64_MAX)]
+    terms: TermWeights | None = None
     vector: list[float]
 
 
 class MemoryEmbedded(DerivedEvent):
+    """Version 2 added ``terms`` to the body (version 1 bytes read as None)."""
+
     TYPE: ClassVar[str] = "memory.embedded"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["memory.embedded"] = "memory.embedded"
     body: EmbeddedBody
 

@@ -184,6 +184,12 @@ def is_sealed(raw: bytes) -> bool:
     return raw[:10] == SEALED_HEADER
 
 
+def sealed_kind(raw: bytes) -> str | None:
+    """The type the clear envelope of sealed bytes names (no key needed); None for
+    bytes that are not sealed or whose envelope does not read."""
+    return _sealed_type(raw) if is_sealed(raw) else None
+
+
 @dataclass(frozen=True)
 class SealedEnvelope:
     """The clear part of a sealed event: readable without any key."""

@@ -66,9 +66,10 @@ import qdrant_edge as qe
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 
+from sinks.edge_process import ShardProcess
+from sinks.edge_shard import DENSE, SPARSE, ShardWriter, WirePoint, check_dims
+
 ALIAS = "memories"
-DENSE = "dense"
-SPARSE = "sparse"
 POINTER = "live.json"
 KEYWORD_FIELDS = ("agent_id", "user_id", "session_id", "layer")
 FLOAT_FIELDS = ("importance",)
@@ -232,6 +233,16 @@ def scope_conditions(scope: Scope) -> tuple[Condition, ...]:
 # --------------------------------------------------------------------------- protocol
 
 
+class VectorWriter(Protocol):
+    """The writes of a vector store (every :class:`VectorIndex` is one), as the
+    projection applies them: see :class:`VectorIndex` for each call's contract."""
+
+    def upsert(self, points: Sequence[Point]) -> None: ...
+    def set_dense(self, items: Sequence[tuple[str, list[float]]]) -> None: ...
+    def set_payload(self, items: Sequence[tuple[str, dict[str, Any]]]) -> None: ...
+    def erase(self, agent_id: str, user_id: str | None) -> int: ...
+
+
 class VectorIndex(Protocol):
     """The vector projection store. See the module docstring for the guarantees."""
 
@@ -304,6 +315,15 @@ class VectorIndex(Protocol):
 
 
 @runtime_checkable
+class LendsVersions(Protocol):
+    """An index that can hand a version's writes to another process and take them
+    back (:meth:`EdgeIndex.lend`): a rebuild's writes then leave the reading process."""
+
+    def lend(self, version: int) -> VectorWriter: ...
+    def reclaim(self, version: int) -> None: ...
+
+
+@runtime_checkable
 class HybridSearch(Protocol):
     """An index that runs a recall's dense and sparse searches as one request."""
 
@@ -362,9 +382,7 @@ class SharedLock:
                 self._cond.notify_all()
 
 
-def _check_dims(vector: Sequence[float], dims: int) -> None:
-    if len(vector) != dims:
-        raise ValueError(f"dense vector has {len(vector)} dimensions, the collection {dims}")
+_check_dims = check_dims
 
 
 def _check_limit(limit: int) -> None:
@@ -432,17 +450,6 @@ def _edge_sparse_request(vector: SparseVector, scope: Scope, limit: int) -> qe.Q
     )
 
 
-def _edge_owned(agent_id: str, user_id: str | None) -> qe.Filter:
-    """Points of ``agent_id`` whose user is ``user_id`` (None: no user)."""
-    agent = _edge_condition(Equals("agent_id", agent_id))
-    user = (
-        qe.IsNullCondition("user_id")
-        if user_id is None
-        else _edge_condition(Equals("user_id", user_id))
-    )
-    return qe.Filter(must=[agent, user])
-
-
 def _edge_config(dims: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(
         vectors={DENSE: qe.EdgeVectorParams(size=dims, distance=qe.Distance.Cosine)},
@@ -457,15 +464,12 @@ def _edge_indexes() -> dict[str, Any]:
     return indexes | {name: qe.PayloadSchemaType.Bool for name in BOOL_FIELDS}
 
 
-def _edge_point(point: Point) -> qe.Point:
-    """Edge's point: its constructor converts the lists and the payload into values of
-    its own (no copies needed; a copy of a 512-float list costs more than it seems)."""
-    vectors: dict[str, Any] = {}
-    if point.dense is not None:
-        vectors[DENSE] = point.dense
-    if point.sparse is not None:
-        vectors[SPARSE] = qe.SparseVector(point.sparse.indices, point.sparse.values)
-    return qe.Point(point.id, vectors, point.payload)
+def wire_point(point: Point) -> WirePoint:
+    """``point`` as :class:`~sinks.edge_shard.ShardWriter` takes it (no copies)."""
+    sparse = point.sparse
+    if sparse is None:
+        return point.id, point.dense, None, None, point.payload
+    return point.id, point.dense, sparse.indices, sparse.values, point.payload
 
 
 def _edge_hit(point: qe.ScoredPoint | qe.Record, score: float) -> Hit:
@@ -508,6 +512,31 @@ def write_json_atomically(path: Path, value: Any) -> None:
         os.close(directory)
 
 
+class LentVersion:
+    """The writes of an Edge version lent to a writer process (:meth:`EdgeIndex.lend`):
+    a :class:`VectorWriter` whose calls go to the process, one request each, in call
+    order. ``erase`` deletes in this version only (the live handle's ``erase`` reaches
+    every version, this one included)."""
+
+    def __init__(self, process: ShardProcess) -> None:
+        self.process = process
+
+    def upsert(self, points: Sequence[Point]) -> None:
+        if points:
+            self.process.write([("upsert", [wire_point(p) for p in points])])
+
+    def set_dense(self, items: Sequence[tuple[str, list[float]]]) -> None:
+        if items:
+            self.process.write([("dense", [(canonical_id(i), v) for i, v in items])])
+
+    def set_payload(self, items: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        if items:
+            self.process.write([("payload", [(canonical_id(i), p) for i, p in items])])
+
+    def erase(self, agent_id: str, user_id: str | None) -> int:
+        return self.process.write([("erase", [(agent_id, user_id)])])[0]
+
+
 class EdgeIndex:
     """``VectorIndex`` on Qdrant Edge shards under one root directory.
 
@@ -532,6 +561,11 @@ class EdgeIndex:
     running calls and hold back new ones. ``optimize`` holds the GIL for its whole
     run (tens of seconds at 50k points): run it in a maintenance step or another
     process, never in a request path.
+
+    Lending (rebuilds): :meth:`lend` hands a version that is not live to a writer
+    process (:mod:`sinks.edge_process`), which alone has its shard open until
+    :meth:`reclaim` (or :meth:`swap`) takes it back; meanwhile this handle neither
+    reads nor pins it, and ``erase`` reaches it through the writer process.
     """
 
     def __init__(self, root: str | os.PathLike[str], *, sync: bool = False) -> None:
@@ -548,6 +582,7 @@ class EdgeIndex:
         self._writes = threading.Lock()
         self._shards: dict[int, qe.EdgeShard] = {}
         self._dims: dict[int, int] = {}
+        self._lent: dict[int, ShardProcess] = {}
         self._live: int | None = None
         self._target: int | None = None
         self._closed = False
@@ -569,6 +604,8 @@ class EdgeIndex:
         return (self._path(version) / "edge_config.json").exists()
 
     def _open(self, version: int) -> qe.EdgeShard:
+        if version in self._lent:
+            raise RuntimeError(f"version {version} is lent to a writer process")
         if version not in self._shards:
             if not self._exists(version):
                 raise LookupError(f"version {version} does not exist in {self._root}")
@@ -608,15 +645,12 @@ class EdgeIndex:
         live = self._live_version()
         return self._shards[live], self._dims[live]
 
-    def _writer(self) -> tuple[qe.EdgeShard, int]:
+    def _writer(self) -> ShardWriter:
         version = self._live_version() if self._target is None else self._target
-        return self._shards[version], self._dims[version]
+        return self._shard_writer(version)
 
-    def _apply(self, shard: qe.EdgeShard, operations: Sequence[qe.UpdateOperation]) -> None:
-        for operation in operations:
-            shard.update(operation)
-        if self._sync and operations:
-            shard.flush()
+    def _shard_writer(self, version: int) -> ShardWriter:
+        return ShardWriter(self._shards[version], self._dims[version], sync=self._sync)
 
     def ensure(self, dims: int) -> None:
         with self._state.exclusive():
@@ -652,11 +686,44 @@ class EdgeIndex:
             self._target = version
 
     def swap(self, version: int) -> None:
+        """See :class:`VectorIndex`; a lent version is reclaimed first (:meth:`reclaim`)."""
         with self._state.exclusive():
             if self._closed:
                 raise RuntimeError("the index is closed")
+            self._reclaim(version)
             self._open(version)
             self._point_to(version)
+
+    def lend(self, version: int) -> LentVersion:
+        """Hand the writes of ``version`` to a writer process that opens its shard
+        (:mod:`sinks.edge_process`) and return them: ``version`` must exist and be
+        neither live, nor a handle's write target, nor lent already (ValueError).
+        Until :meth:`reclaim`, :meth:`swap` or :meth:`drop_version`, this handle does
+        not read or pin it (RuntimeError); ``erase`` reaches it through the process.
+        A version lent when its process dies (this one killed, say) is an orphan on
+        disk like any version that was being built."""
+        with self._state.exclusive():
+            if version in (self._live_version(), self._target) or version in self._lent:
+                raise ValueError(f"version {version} is live, the write target or lent")
+            self._open(version)
+            self._shards.pop(version).close()
+            process = ShardProcess(self._path(version), self._dims[version], sync=self._sync)
+            self._lent[version] = process
+        return LentVersion(process)
+
+    def reclaim(self, version: int) -> None:
+        """Take ``version`` back from its writer process: the process flushes, closes
+        the shard and exits, and this handle opens it again; a version that is not
+        lent is left as it is. Raises ShardProcessGone if the process had died (the
+        version may miss writes: drop it)."""
+        with self._state.exclusive():
+            self._reclaim(version)
+            self._open(version)
+
+    def _reclaim(self, version: int) -> None:
+        process = self._lent.pop(version, None)
+        if process is not None:
+            process.close()
 
     def pinned(self, version: int) -> EdgeIndex:
         with self._state.exclusive():
@@ -685,9 +752,13 @@ class EdgeIndex:
         return sorted((_point_of(r.id, r.vector or {}, r.payload) for r in records), key=_by_id)
 
     def drop_version(self, version: int) -> None:
+        """See :class:`VectorIndex`; a lent version's writer process is ended first."""
         with self._state.exclusive():
             if version in (self._live_version(), self._target):
                 raise ValueError(f"version {version} is live or the write target")
+            process = self._lent.pop(version, None)
+            if process is not None:
+                process.kill()
             shard = self._shards.pop(version, None)
             if shard is not None:
                 shard.close()
@@ -700,53 +771,32 @@ class EdgeIndex:
         if not points:
             return
         with self._state.shared(), self._writes:
-            shard, dims = self._writer()
-            for point in points:
-                if point.dense is not None:
-                    _check_dims(point.dense, dims)
-            self._apply(shard, [qe.UpdateOperation.upsert_points([_edge_point(p) for p in points])])
+            self._writer().upsert([wire_point(p) for p in points])
 
     def set_dense(self, items: Sequence[tuple[str, list[float]]]) -> None:
         if not items:
             return
         with self._state.shared(), self._writes:
-            shard, dims = self._writer()
-            for _, vector in items:
-                _check_dims(vector, dims)
-            ids = _unique_ids([i for i, _ in items])
-            known = {str(r.id) for r in shard.retrieve(list(ids), False, False)}
-            updates = [
-                qe.PointVectors(pid, {DENSE: list(vector)})
-                for pid, vector in ((canonical_id(i), v) for i, v in items)
-                if pid in known
-            ]
-            if updates:
-                self._apply(shard, [qe.UpdateOperation.update_vectors(updates)])
+            self._writer().set_dense([(canonical_id(i), v) for i, v in items])
 
     def set_payload(self, items: Sequence[tuple[str, dict[str, Any]]]) -> None:
         if not items:
             return
         with self._state.shared(), self._writes:
-            shard, _ = self._writer()
-            operations = [
-                qe.UpdateOperation.set_payload_by_filter(
-                    _edge_filter((), [canonical_id(point_id)]), dict(payload)
-                )
-                for point_id, payload in items
-            ]
-            self._apply(shard, operations)
+            self._writer().set_payload([(canonical_id(i), p) for i, p in items])
 
     def erase(self, agent_id: str, user_id: str | None) -> int:
-        owned = _edge_owned(agent_id, user_id)
+        """See :class:`VectorIndex`: every version, lent ones through their process."""
         with self._state.exclusive():
-            shards = [self._open(v) for v in self._on_disk() if self._exists(v)]
+            for version in self._on_disk():
+                if self._exists(version) and version not in self._lent:
+                    self._open(version)
         erased = 0
         with self._state.shared(), self._writes:
-            for shard in shards:
-                found = shard.count(qe.CountRequest(exact=True, filter=owned))
-                if found:
-                    self._apply(shard, [qe.UpdateOperation.delete_points_by_filter(owned)])
-                erased += found
+            for version in sorted(self._shards):
+                erased += self._shard_writer(version).erase(agent_id, user_id)
+            for process in self._lent.values():
+                erased += process.write([("erase", [(agent_id, user_id)])])[0]
         return erased
 
     def optimize(self) -> None:
@@ -813,6 +863,9 @@ class EdgeIndex:
             if self._closed:
                 return
             self._closed = True
+            for process in self._lent.values():
+                process.kill()
+            self._lent.clear()
             for shard in self._shards.values():
                 shard.close()
             self._shards.clear()

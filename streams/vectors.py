@@ -3,12 +3,14 @@
 Two faust agents on the derived log:
 
 * ``engram.embed`` embeds the text of every ``memory.created`` in batches (on one
-  thread of its own, off the event loop) and records each vector as a
-  ``memory.embedded`` event on ``engram.memory`` (same key, so it follows the
-  creation in the agent's partition). Rebuilding the vector store replays these
-  records: it never embeds again. It reads each partition strictly in offset order
-  too (its own :class:`streams.ordered.InOrder`): a message faust never handed to it
-  (a hole, whatever the other agent on the topic acked) is read again, not skipped.
+  thread of its own, off the event loop) and records each vector, with the BM25
+  weights of the text, as a ``memory.embedded`` event on ``engram.memory`` (same
+  key, so it follows the creation in the agent's partition). Rebuilding the vector
+  store replays these records: it never embeds again, and tokenises a text again
+  only when its weights were not recorded (or not by this tokenizer). The agent reads each
+  partition strictly in offset order too (its own :class:`streams.ordered.InOrder`):
+  a message faust never handed to it (a hole, whatever the other agent on the topic
+  acked) is read again, not skipped.
 * ``engram.vectors`` projects the derived log into the :class:`VectorIndex`, one
   idempotent operation per change, in log order: a creation upserts the point
   (payload and BM25 term weights, no dense vector yet), ``memory.embedded`` of
@@ -28,15 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import operator
+import struct
+from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 from uuid import uuid5
 
+import fastavro
 import faust
 
-from processors.recall import document_sparse
+from processors.recall import TOKENIZER, document_sparse
 from schemas import (
     BadEvent,
     Codec,
@@ -48,10 +56,12 @@ from schemas import (
     MemoryReinforced,
     MemoryWeakened,
     SubjectErased,
+    TermWeights,
 )
-from schemas.sealed import SealingCodec
+from schemas.avro import DoublesTail, read_single_object
+from schemas.sealed import SealingCodec, sealed_kind
 from sinks.embedding import Embedder
-from sinks.vectors import Point, SparseVector, VectorIndex
+from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
 from streams import faults
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, in_order
@@ -67,41 +77,251 @@ def millis(event: DerivedEvent) -> int:
     return int(event.occurred_at.timestamp() * 1000)
 
 
-def point_of(event: MemoryCreated) -> Point:
-    """The point a ``memory.created`` makes: payload and sparse terms, no vector yet."""
+Terms = tuple[list[int], list[float]]
+"""BM25 document weights: term indices (ascending) and their weights."""
+
+
+def point_of(event: MemoryCreated, terms: Terms | None = None) -> Point:
+    """The point a ``memory.created`` makes: payload and sparse terms (``terms``, the
+    weights recorded for its text, or else computed from it), no vector yet."""
+    return creation_of(event).point(terms)
+
+
+def point_of_record(record: dict[str, Any], terms: Terms | None = None) -> Point:
+    """:func:`point_of` of the ``memory.created`` whose plain record this is (read
+    without Avro's logical types, see :class:`PlainRecords`): the same point for every
+    valid event (a property test holds it). KeyError, TypeError or ValueError for a
+    record that is not one."""
+    return creation_of_record(record).point(terms)
+
+
+@dataclass(frozen=True)
+class Creation:
+    """A memory's point before its sparse terms (``bare.sparse`` is None), its text,
+    and the id of the event that created it (what its recorded vector names as its
+    source)."""
+
+    bare: Point
+    text: str
+    event_id: str
+
+    def point(self, terms: Terms | None = None) -> Point:
+        """The whole point: with ``terms`` (:func:`recorded_terms` vouched for them),
+        or the weights computed from the text."""
+        indices, values = terms if terms is not None else document_sparse(self.text)
+        bare = self.bare  # a new Point, not dataclasses.replace: a tenth of the cost
+        return Point(bare.id, None, SparseVector(indices=indices, values=values), bare.payload)
+
+
+def creation_of(event: MemoryCreated) -> Creation:
+    """The :class:`Creation` of a ``memory.created``."""
     body = event.body
-    indices, values = document_sparse(body.text)
     # the forgetting clock starts when the memory formed (its episode's last turn, say),
     # as in the fold; version-1 events did not say, and their own time stands in
     formed = body.formed_at
     at = millis(event) if formed is None else int(formed.timestamp() * 1000)
+    head = {
+        "agent_id": event.agent_id,
+        "user_id": event.user_id,
+        "session_id": event.session_id,
+        "layer": body.layer,
+        "kind": body.kind,
+        "importance": body.importance,
+        "sentiment": body.sentiment,
+        "confidence": body.confidence,
+        "strength": body.strength,
+    }
+    tail = (list(body.entities), list(body.sources), str(event.source_event_id))
+    bare = memory_point(body.memory_id, body.text, at, head, tail)
+    return Creation(bare, body.text, str(event.event_id))
+
+
+def creation_of_record(record: dict[str, Any]) -> Creation:
+    """:func:`creation_of` the ``memory.created`` whose plain record this is; KeyError,
+    TypeError or ValueError for a record that is not one."""
+    body = record["body"]
+    formed = body["formed_at"]
+    at = wire_millis(record["occurred_at"] if formed is None else formed)
+    head = {
+        "agent_id": record["agent_id"],
+        "user_id": record["user_id"],
+        "session_id": record["session_id"],
+        "layer": body["layer"],
+        "kind": body["kind"],
+        "importance": body["importance"],
+        "sentiment": body["sentiment"],
+        "confidence": body["confidence"],
+        "strength": body["strength"],
+    }
+    tail = (body["entities"], body["sources"], canonical_id(record["source_event_id"]))
+    bare = memory_point(body["memory_id"], body["text"], at, head, tail)
+    return Creation(bare, body["text"], canonical_id(record["event_id"]))
+
+
+def memory_point(
+    memory_id: str,
+    text: str,
+    at: int,
+    head: dict[str, Any],
+    tail: tuple[list[str], list[str], str],
+) -> Point:
+    """A new memory's point without sparse terms: ``head`` (envelope and body fields, in
+    payload order), the state of a memory never reinforced since ``at`` (epoch ms),
+    ``text`` and ``tail`` (entities, sources, source event id)."""
+    entities, sources, source_event_id = tail
     return Point(
-        id=body.memory_id,
+        id=memory_id,
         dense=None,
-        sparse=SparseVector(indices=indices, values=values),
+        sparse=None,
         payload={
-            "agent_id": event.agent_id,
-            "user_id": event.user_id,
-            "session_id": event.session_id,
-            "layer": body.layer,
-            "kind": body.kind,
-            "importance": body.importance,
-            "sentiment": body.sentiment,
-            "confidence": body.confidence,
-            "strength": body.strength,
+            **head,
             "reinforcements": 0,
             "last_reinforced_at": at,
             "last_review_at": at,
             "created_at": at,
             "forgotten": False,
             "invalidated": False,
-            "promoted": body.layer == "L3",
-            "text": body.text,
-            "entities": list(body.entities),
-            "sources": list(body.sources),
-            "source_event_id": str(event.source_event_id),
+            "promoted": head["layer"] == "L3",
+            "text": text,
+            "entities": entities,
+            "sources": sources,
+            "source_event_id": source_event_id,
         },
     )
+
+
+def document_terms(text: str) -> TermWeights:
+    """The BM25 weights of ``text`` as ``memory.embedded`` records them (packed)."""
+    indices, values = document_sparse(text)
+    return TermWeights(
+        tokenizer=TOKENIZER,
+        indices=b64encode(struct.pack(f"<{len(indices)}I", *indices)).decode(),
+        values=b64encode(struct.pack(f"<{len(values)}d", *values)).decode(),
+    )
+
+
+def recorded_terms(tokenizer: str, indices: str, values: str) -> Terms | None:
+    """Recorded weights (packed as :class:`~schemas.TermWeights` says) that
+    :func:`document_sparse` would give today: made by this
+    :data:`~processors.recall.TOKENIZER`, one finite weight per index, indices
+    ascending; None otherwise (compute them again)."""
+    if tokenizer != TOKENIZER:
+        return None
+    try:
+        packed_indices, packed_values = (
+            b64decode(indices, validate=True),
+            b64decode(values, validate=True),
+        )
+    except ValueError:
+        return None
+    count = len(packed_indices) // 4
+    if len(packed_indices) != 4 * count or len(packed_values) != 8 * count:
+        return None
+    terms = list(struct.unpack(f"<{count}I", packed_indices))
+    weights = list(struct.unpack(f"<{count}d", packed_values))
+    ascending = all(map(operator.lt, terms, islice(terms, 1, None)))
+    if not ascending or not all(map(math.isfinite, weights)):
+        return None
+    return terms, weights
+
+
+MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
+"""The epoch milliseconds of a ``datetime`` (years 1 to 9999)."""
+
+
+def wire_millis(ms: int) -> int:
+    """What :func:`millis` gives for the time an Avro ``timestamp-millis`` of ``ms``
+    decodes to: ``int(datetime.timestamp() * 1000)``, whose float road can land one
+    below ``ms``; ``timestamp()`` divides the microseconds by 10**6 exactly rounded,
+    as ``ms / 1000`` is. ValueError outside a datetime's range."""
+    if type(ms) is not int or not MIN_MILLIS <= ms <= MAX_MILLIS:
+        raise ValueError(f"not a timestamp-millis: {ms!r}")
+    return int(ms / 1000 * 1000)
+
+
+class PlainRecords:
+    """``memory.created`` and ``memory.embedded`` in plain Avro of their current
+    schema, read for a rebuild without pydantic and without Avro's logical types
+    (UUIDs stay strings, times epoch milliseconds: fastavro builds their objects in
+    Python, and the points want the strings and milliseconds anyway).
+
+    Like :meth:`Codec.read_record`, for readers that trust the writer (the fold and
+    the embedding agent validated what they wrote); each read answers None for
+    anything else (sealed bytes, older writer schemas, JSON, bad bytes, records
+    that make no point): those take the typed road, which says what is wrong."""
+
+    def __init__(self, codec: Codec) -> None:
+        self.max_bytes = codec.max_bytes
+        created, embedded = codec.avro[MemoryCreated.TYPE], codec.avro[MemoryEmbedded.TYPE]
+        self.created = created.header if MemoryCreated.TYPE in codec.accept else None
+        self.embedded = embedded.header if MemoryEmbedded.TYPE in codec.accept else None
+        self.created_schema = fastavro.parse_schema(plain_schema(created.schema))
+        tail = DoublesTail.of(plain_schema(embedded.schema))
+        if tail is None:
+            raise TypeError("memory.embedded no longer ends with its vector")
+        self.embedded_tail = tail
+
+    def creation(self, raw: bytes) -> dict[str, Any] | None:
+        """The plain record of a ``memory.created`` (:func:`point_of_record` makes its
+        point), or None."""
+        if raw[:10] != self.created or len(raw) > self.max_bytes:
+            return None
+        try:
+            return read_single_object(raw, self.created_schema, MemoryCreated.TYPE)
+        except BadEvent:
+            return None
+
+    def vector(self, raw: bytes) -> Recorded | None:
+        """What a rebuild takes of a ``memory.embedded``, or None."""
+        if raw[:10] != self.embedded or len(raw) > self.max_bytes:
+            return None
+        try:
+            record = self.embedded_tail.read(raw[10:])
+            body, terms = record["body"], record["body"]["terms"]
+            return Recorded(
+                body["memory_id"],
+                body["model"],
+                body["vector"],
+                canonical_id(record["source_event_id"]),
+                None
+                if terms is None
+                else recorded_terms(terms["tokenizer"], terms["indices"], terms["values"]),
+            )
+        except Exception:  # fastavro raises many types on bad bytes: decode() says why
+            return None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a rebuild takes of a recorded vector: the memory, the model, the vector,
+    the creation it embeds (``source_event_id``: the creation's event id) and the
+    weights recorded for that creation's text, when :func:`recorded_terms` vouches."""
+
+    memory_id: str
+    model: str
+    vector: list[float]
+    created_by: str
+    terms: Terms | None
+
+    @classmethod
+    def of(cls, event: MemoryEmbedded) -> Recorded:
+        body, terms = event.body, event.body.terms
+        return cls(
+            body.memory_id,
+            body.model,
+            body.vector,
+            str(event.source_event_id),
+            None if terms is None else recorded_terms(terms.tokenizer, terms.indices, terms.values),
+        )
+
+
+def plain_schema(schema: Any) -> Any:
+    """``schema`` without its logical types (a copy)."""
+    if isinstance(schema, dict):
+        return {k: plain_schema(v) for k, v in schema.items() if k != "logicalType"}
+    if isinstance(schema, list):
+        return [plain_schema(item) for item in schema]
+    return schema
 
 
 def payload_change(event: DerivedEvent) -> tuple[str, dict[str, Any]] | None:
@@ -165,7 +385,7 @@ def operations(events: Sequence[DerivedEvent], model: str) -> list[Op]:
     return ops
 
 
-def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> list[int]:
+def apply_operations(index: VectorWriter, ops: Sequence[Op]) -> list[int]:
     """Apply ``ops`` in order, each run of one kind as one store call; return, for
     each ``erase`` operation in order, how many points it deleted."""
     run: list[Any] = []
@@ -180,7 +400,7 @@ def apply_operations(index: VectorIndex, ops: Sequence[Op]) -> list[int]:
     return erased
 
 
-def _apply_run(index: VectorIndex, kind: str, items: list[Any]) -> list[int]:
+def _apply_run(index: VectorWriter, kind: str, items: list[Any]) -> list[int]:
     faults.check("vectors")  # an injected outage or slowness of the store (ENGRAM_FAULT)
     if kind == "erase":
         counts = []
@@ -219,6 +439,7 @@ def embedded_event(
     so re-embedding after a redelivery yields the same event."""
     return MemoryEmbedded(
         event_id=uuid5(created.event_id, f"embedded:{embedder.name}:{embedder.version}"),
+        schema_version=MemoryEmbedded.SCHEMA_VERSION,
         agent_id=created.agent_id,
         session_id=created.session_id,
         user_id=created.user_id,
@@ -232,6 +453,7 @@ def embedded_event(
             "model": embedder.name,
             "model_version": embedder.version,
             "dims": embedder.dims,
+            "terms": document_terms(created.body.text),
             "vector": vector,
         },
     )
@@ -296,6 +518,13 @@ def kind_of(codec: Codec, raw: bytes) -> str | None:
         return codec.kind(raw)
     writer = codec.writers.get(raw[2:10])
     return writer.reader.event_type.TYPE if writer is not None else None
+
+
+def header_kind(codec: Codec, raw: bytes) -> str | None:
+    """:func:`kind_of`, and for sealed bytes the type their clear envelope names even
+    when ``codec`` cannot open them (a rebuild's plain codec, with an opener beside it)."""
+    kind = kind_of(codec, raw)
+    return kind if kind is not None else sealed_kind(raw)
 
 
 def values(batch: Sequence[Any]) -> list[bytes | None]:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -52,6 +54,7 @@ from processors.recall import document_sparse
 from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
 from sinks.clickhouse import ClickHouseHistory
 from sinks.vectors import EdgeIndex, Point
+from streams.vectors import document_terms
 
 CHANGES_TOPIC = "bench.memory.changes"
 VECTORS_TOPIC = "bench.memory.vectors"
@@ -90,9 +93,12 @@ def encoded_changes(n: int, template: list[DerivedEvent]) -> list[tuple[bytes, b
 
 
 def encoded_vectors(
-    points: int, dims: int, template: list[MemoryCreated]
+    points: int, dims: int, template: list[MemoryCreated], *, terms: bool = True
 ) -> list[tuple[bytes, bytes]]:
-    """``points`` memories: each a ``memory.created`` and its ``memory.embedded``."""
+    """``points`` memories: each a ``memory.created`` and its ``memory.embedded``, with
+    the BM25 weights of the text recorded beside the vector as the embedding agent
+    records them (v2), or, without ``terms``, none (the rebuild computes them, as for
+    vectors recorded before version 2)."""
     codec, rng, out = Codec(), np.random.default_rng(7), []
     for i in range(points):
         base = template[i % len(template)]
@@ -113,11 +119,13 @@ def encoded_vectors(
             seq=created.seq,
             idx=created.idx,
             config_version=created.config_version,
+            schema_version=2 if terms else 1,
             body={
                 "memory_id": memory_id,
                 "model": MODEL,
                 "model_version": "1",
                 "dims": dims,
+                "terms": document_terms(created.body.text) if terms else None,
                 "vector": [float(x) for x in vector / np.linalg.norm(vector)],
             },
         )
@@ -207,14 +215,23 @@ def bench_clickhouse(
 
 
 def bench_vectors(
-    bootstrap: str, home: Path, points: int, dims: int, template: list[MemoryCreated]
+    bootstrap: str,
+    home: Path,
+    points: int,
+    dims: int,
+    template: list[MemoryCreated],
+    *,
+    terms: bool = True,
 ) -> dict[str, Any]:
-    records = encoded_vectors(points, dims, template)
+    records = encoded_vectors(points, dims, template, terms=terms)
     publish_s = asyncio.run(publish(bootstrap, VECTORS_TOPIC, records))
     index = EdgeIndex(home / "vectors")
     index.ensure(dims)
     try:
-        elapsed, cpu, _ = timed_rebuild(VectorProjection(index, MODEL), bootstrap, VECTORS_TOPIC)
+        cpu, projection = cpu_times(), TimedVectors(index, MODEL)
+        elapsed, _, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC)
+        fixed_s = sum(projection.fixed.values())
+        own_s, children_s = (after - before for after, before in zip(cpu_times(), cpu, strict=True))
         rebuilt = index.points()
         live = index.live_version()
         store_s = upsert_floor(index, rebuilt)
@@ -229,12 +246,17 @@ def bench_vectors(
     return {
         "points": points,
         "dims": dims,
+        "recorded_terms": terms,
         "records": len(records),
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
         "rebuild_points_per_s": round(points / elapsed),
-        "rebuild_cpu_us_per_point": round(cpu / points * 1e6, 1),
+        "fixed_s": {step: round(took, 2) for step, took in projection.fixed.items()},
+        "copy_points_per_s": round(points / (elapsed - fixed_s)),
         "rebuild_records_per_s": round(len(records) / elapsed),
+        "rebuild_cpu_us_per_point": round(own_s / points * 1e6, 1),
+        "writer_process_cpu_us_per_point": round(children_s / points * 1e6, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "raw_consume_records_per_s": round(len(records) / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
         "edge_upsert_alone_points_per_s": round(points / store_s),
@@ -243,6 +265,42 @@ def bench_vectors(
         "points_in_rebuilt_version": len(rebuilt),
         "live_version": live,
     }
+
+
+class TimedVectors(VectorProjection):
+    """The vector projection, timing the steps whose cost does not grow with the log:
+    ``prepare`` (a new Edge version, its payload indexes, the writer process),
+    ``complete`` (the version taken back from it) and ``finish`` (the previous version
+    dropped). The rest of the rebuild is the copy."""
+
+    def __init__(self, index: EdgeIndex, model: str) -> None:
+        super().__init__(index, model)
+        self.fixed: dict[str, float] = {}
+
+    async def prepare(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().prepare(progress)
+        self.fixed["prepare"] = time.perf_counter() - started
+
+    async def complete(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().complete(progress)
+        self.fixed["complete"] = time.perf_counter() - started
+
+    async def finish(self, progress: Progress) -> None:
+        started = time.perf_counter()
+        await super().finish(progress)
+        self.fixed["finish"] = time.perf_counter() - started
+
+
+def cpu_times() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process and of its children that ended (the
+    rebuild's Edge writer process ends before the swap; the broker runs on)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
 def upsert_floor(index: EdgeIndex, points: list[Point]) -> float:
@@ -262,6 +320,11 @@ def main() -> None:
     parser.add_argument("--dims", type=int, default=512)
     parser.add_argument("--raw", type=int, default=20_000, help="raw events folded as the template")
     parser.add_argument("--skip", choices=("clickhouse", "vectors"), default=None)
+    parser.add_argument(
+        "--no-terms",
+        action="store_true",
+        help="vectors recorded without BM25 weights (as before memory.embedded v2)",
+    )
     args = parser.parse_args()
     random.seed(0)
     template = fold(args.raw, 50)
@@ -282,7 +345,7 @@ def main() -> None:
                 print(json.dumps(result["clickhouse"]), flush=True)
             if args.skip != "vectors":
                 result["vectors"] = bench_vectors(
-                    broker.bootstrap, home, args.points, args.dims, created
+                    broker.bootstrap, home, args.points, args.dims, created, terms=not args.no_terms
                 )
     finally:
         shutil.rmtree(home, ignore_errors=True)

