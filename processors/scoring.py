@@ -803,10 +803,10 @@ def _ends(sentence: str, norm: str) -> bool:
     entity rule whose match may hold a sentence's end, could close in the next)."""
     if not norm or sentence[-1] not in _ENDS or norm[-1] not in _CLAUSE_ENDS:
         return False
-    return _QUOTE.search(sentence) is None or not _leaves_open(sentence)
+    return _QUOTE.search(sentence) is None or not _quote_unclosed(sentence)
 
 
-def _leaves_open(sentence: str) -> bool:
+def _quote_unclosed(sentence: str) -> bool:
     """Whether the last quotation mark of ``sentence`` opens a quote."""
     last = max(sentence.rfind(mark) for mark in _QUOTATION_MARKS)
     return _QUOTE.match(sentence, last) is not None
