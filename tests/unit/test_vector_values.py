@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processors.recall import document_sparse
 from sinks.vectors import Point, SparseVector, canonical_id
+from streams.vectors import document_terms, recorded_terms
 
 
 @given(st.uuids(), st.sampled_from(range(5)))
@@ -47,3 +49,22 @@ def test_sparse_indices_must_fit_in_32_bits(indices: list[int]) -> None:
 def test_sparse_vectors_at_the_edges_are_accepted() -> None:
     assert SparseVector([], []).indices == []
     assert SparseVector([0, 2**32 - 1], [1.0, 2.0]).indices == [0, 2**32 - 1]
+
+
+@given(st.text(max_size=400))
+def test_the_weights_a_vouched_vector_takes_pass_every_check(text: str) -> None:
+    """What :meth:`SparseVector.vouched` takes unchecked (the processors' BM25 weights,
+    here of any text, CJK and collisions included) passes the checked constructor
+    and makes an equal vector."""
+    indices, values = document_sparse(text)
+    assert SparseVector.vouched(indices, values) == SparseVector(indices, values)
+    assert indices == sorted(set(indices))
+
+
+def test_recorded_terms_pass_every_check_too() -> None:
+    text = "我对花生过敏 — severely allergic to peanuts, 花生"
+    indices, values = document_sparse(text)
+    packed = document_terms(text)
+    recorded = recorded_terms(packed.tokenizer, packed.indices, packed.values)
+    assert recorded is not None
+    assert SparseVector.vouched(*recorded) == SparseVector(indices, values)
