@@ -48,11 +48,6 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def load_average() -> float:
-    """The one-minute load average, printed beside figures on this shared machine."""
-    return os.getloadavg()[0]
-
-
 def children(pid: int, marker: str) -> list[int]:
     """The live child processes of ``pid`` whose command line contains ``marker``."""
     found: list[int] = []
