@@ -16,6 +16,7 @@ import faust
 from faust.sensors.monitor import Monitor
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_kafka
+from faust.types import TP
 
 log = logging.getLogger("engram.streams")
 
@@ -350,6 +351,8 @@ class _Consumer(faust_kafka.Consumer):
             if not messages:
                 continue
             if feed.full():  # as faust does for a full stream queue
+                # faust's TP: its active-partition set asserts it (getmany's are aiokafka's)
+                reads = {TP(tp.topic, tp.partition): offset for tp, offset in reads.items()}
                 for tp in reads:
                     self.on_buffer_full(tp)
                 try:
