@@ -117,6 +117,16 @@ def _embed_process(env: Mapping[str, str]) -> bool:
     return raw == "on"
 
 
+def _direct_feed(env: Mapping[str, str]) -> bool:
+    """``ENGRAM_DIRECT_FEED``: ``on`` (default) hands the fold its events in lists,
+    straight from the worker's consumer (``streams.app.DirectFeed``); ``off`` through
+    faust's per-message stream machinery."""
+    raw = (env.get("ENGRAM_DIRECT_FEED") or "on").strip().lower()
+    if raw not in ("on", "off"):
+        raise SettingsError(f"ENGRAM_DIRECT_FEED={raw!r} must be on or off")
+    return raw == "on"
+
+
 def _host_port(env: Mapping[str, str], name: str, default: str) -> tuple[str, int]:
     raw = env.get(name) or default
     host, sep, port = raw.rpartition(":")
@@ -170,6 +180,8 @@ class Settings:
     ingest_topic: str = "engram.ingest"
     keys_topic: str = "engram.keys"
     seal: bool = True
+    direct_feed: bool = True
+    """Whether the fold takes its events from a direct feed (``ENGRAM_DIRECT_FEED``)."""
     master_key_base64: str | None = field(default=None, repr=False)
     master_key_file: Path | None = None
     key_file: Path | None = None
@@ -213,6 +225,7 @@ class Settings:
             llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,
             llm_timeout_s=_float(env, "ENGRAM_LLM_TIMEOUT_S", 20.0),
             seal=_seal(env),
+            direct_feed=_direct_feed(env),
             master_key_base64=env.get("ENGRAM_MASTER_KEY") or None,
             master_key_file=Path(file).expanduser()
             if (file := env.get("ENGRAM_MASTER_KEY_FILE"))

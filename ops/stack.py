@@ -171,6 +171,7 @@ def build_worker_app(
         keys=keys,
         state_table=derivation.state_table,
         save_every=settings.state_save_every,
+        direct=settings.direct_feed,
     )
     if vectors is not None:
         index, embedder = vectors

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import faust
 from faust.sensors.monitor import Monitor
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_kafka
+from faust.types import TP
 
 log = logging.getLogger("engram.streams")
 
@@ -40,6 +42,126 @@ class _ConsumerThread(faust_kafka.AIOKafkaConsumerThread):
         # aiokafka builds its fetcher from this at start(); faust passes a constant
         consumer._fetch_max_wait_ms = getattr(transport, "fetch_max_wait_ms", FETCH_MAX_WAIT_MS)
         return consumer
+
+
+DIRECT_FEED_MAXSIZE = 16_384
+"""How many messages a :class:`DirectFeed` holds before the worker's hand-over waits
+(faust's ``stream_buffer_maxsize``, which bounds a stream's queue in the same way)."""
+
+
+class DirectFeed:
+    """The messages of one topic, handed by the worker's consumer straight to the one
+    agent that reads them, in lists, instead of one faust event at a time through the
+    conductor, the topic's channel queue and the agent's stream (about 70 µs of the
+    worker's time per message: ``ops/bench/faust_floor.py``).
+
+    The contract, which keeps what faust's stream does per message that engram relies on:
+
+    - :meth:`_Consumer._hand_over` gives every fetched message of the topic to
+      :meth:`put`, once per fetched batch, and marks a message read (its partition's
+      read offset) only once :meth:`put` took it; :meth:`put` waits while the feed
+      holds :attr:`maxsize` messages (back-pressure), its partitions meanwhile counted
+      as buffered (``on_buffer_full``: not fetched, and not stranded for the
+      :class:`StallWatch`), as faust counts a partition whose stream queue is full.
+    - :meth:`take` gives what is queued, at most ``max_`` messages, without waiting when
+      something is there. Like faust's stream, it skips a message of an older consumer
+      generation or taken while the flow is stopped (a rebalance): it acks it untracked,
+      which ``_Consumer.ack`` refuses, so its partition is read again from it. Every
+      other message is tracked (``tracked``, in ``consumer.unacked``) so the agent's
+      acks count; the agent owns one reference of each (its ``incref``) and acks it when
+      done. Nothing else acks it: no faust stream holds it.
+    - :meth:`clear` drops what is queued. The app's flow control calls it when it
+      clears faust's stream queues (:func:`direct_feed` registers the feed with it):
+      when partitions are revoked, and when the flow resumes after an assignment.
+      Nothing dropped was tracked or acked; faust reads the assigned partitions again
+      from their committed offsets after the assignment (``perform_seek`` resets the
+      read offsets), and where it does not, the fold's hole detection or the
+      :class:`StallWatch` reads them again, as for what faust's queues dropped.
+    - The agent must still have its topic subscribed, as a faust stream does when it is
+      iterated: ``aiter(stream.channel)`` adds the topic to the conductor, whose
+      channel then never receives anything (the hand-over gives it nothing)."""
+
+    def __init__(self, app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> None:
+        self.app = app
+        self.topic = topic
+        self.maxsize = maxsize
+        self.queued: deque[Any] = deque()
+        self._readable: asyncio.Event | None = None
+        self._writable: asyncio.Event | None = None
+
+    def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+        if self._readable is None or self._writable is None:
+            self._readable, self._writable = asyncio.Event(), asyncio.Event()
+        return self._readable, self._writable
+
+    def full(self) -> bool:
+        return len(self.queued) >= self.maxsize
+
+    async def put(self, messages: list[Any]) -> None:
+        """Queue ``messages`` (in fetch order), once fewer than :attr:`maxsize` wait."""
+        readable, writable = self._events()
+        while self.full():
+            writable.clear()
+            await writable.wait()
+        self.queued.extend(messages)
+        readable.set()
+
+    async def take(self, max_: int) -> list[Any]:
+        """The queued messages to process (at most ``max_``, at least one), waiting
+        only while none is queued; see the class's contract for what is skipped."""
+        readable, writable = self._events()
+        queued = self.queued
+        while True:
+            while not queued:
+                readable.clear()
+                await readable.wait()
+            n = min(max_, len(queued))
+            batch = [queued.popleft() for _ in range(n)]
+            if not self.full():
+                writable.set()
+            app = self.app
+            consumer = app.consumer
+            generation = app.consumer_generation_id
+            active = app.flow_control.is_active()
+            track = consumer.unacked.add
+            taken: list[Any] = []
+            for message in batch:
+                if not active or message.generation_id != generation:
+                    message.ack(consumer)  # untracked: refused, the partition is read again
+                    continue
+                message.tracked = True
+                track(message)
+                taken.append(message)
+            if taken:
+                return taken
+
+    def clear(self) -> int:
+        """Drop what is queued (partitions revoked); how many messages were dropped."""
+        dropped = len(self.queued)
+        self.queued.clear()
+        if self._writable is not None:
+            self._writable.set()
+        return dropped
+
+
+def direct_feeds(app: Any) -> dict[str, DirectFeed]:
+    """The app's direct feeds by topic name (empty unless :func:`direct_feed` made one)."""
+    feeds: dict[str, DirectFeed] | None = getattr(app, "_engram_direct_feeds", None)
+    if feeds is None:
+        feeds = app._engram_direct_feeds = {}
+    return feeds
+
+
+def direct_feed(app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> DirectFeed:
+    """A :class:`DirectFeed` of ``topic`` on ``app``, which the worker's consumer hands
+    every message of ``topic`` to from now on (none to faust's streams); one per topic,
+    read by one agent."""
+    feeds = direct_feeds(app)
+    if topic in feeds:
+        raise ValueError(f"{topic} already has a direct feed")
+    feed = feeds[topic] = DirectFeed(app, topic, maxsize)
+    app.flow_control.manage_queue(feed)  # cleared with faust's stream queues
+    return feed
 
 
 class _Consumer(faust_kafka.Consumer):
@@ -193,10 +315,14 @@ class _Consumer(faust_kafka.Consumer):
     async def _hand_over(self, batch: list[tuple[Any, Any]]) -> None:
         """Hand ``batch`` (``(tp, message)`` in fetch order) to the streams, skipping
         what was already read (a seek back re-reads it), as faust does per message;
-        the loop is released every 100 messages."""
+        the loop is released every 100 messages. The messages of a topic with a
+        :class:`DirectFeed` go to it instead, in one list per feed, after the others;
+        they count as read once the feed took them."""
         callback = self.callback
         read_offset = self._read_offset
         commit_every = self._commit_every
+        feeds = direct_feeds(self.app)
+        fed: dict[DirectFeed, tuple[list[Any], dict[Any, int]]] = {}
         since_yield = 0
         for tp, message in batch:
             since_yield += 1
@@ -204,6 +330,15 @@ class _Consumer(faust_kafka.Consumer):
                 await asyncio.sleep(0)
                 since_yield = 0
             offset = message.offset
+            feed = feeds.get(tp.topic) if feeds else None
+            if feed is not None:
+                messages, reads = fed.setdefault(feed, ([], {}))
+                read = reads.get(tp, read_offset.get(tp))
+                if read is not None and offset < read:
+                    continue
+                messages.append(message)
+                reads[tp] = offset
+                continue
             read = read_offset.get(tp)
             if read is not None and offset < read:
                 continue
@@ -212,6 +347,29 @@ class _Consumer(faust_kafka.Consumer):
                 await self.commit()
             await callback(message)
             read_offset[tp] = offset
+        for feed, (messages, reads) in fed.items():
+            if not messages:
+                continue
+            if feed.full():  # as faust does for a full stream queue
+                # faust's TP: its active-partition set asserts it (getmany's are aiokafka's)
+                reads = {TP(tp.topic, tp.partition): offset for tp, offset in reads.items()}
+                for tp in reads:
+                    self.on_buffer_full(tp)
+                try:
+                    await feed.put(messages)
+                except BaseException:  # abandoned (a rebalance, a stop)
+                    assigned = self.assignment()
+                    for tp in reads:
+                        if tp in assigned:
+                            self.on_buffer_drop(tp)
+                        else:  # revoked meanwhile: not fetched here any more
+                            self._buffered_partitions.discard(tp)
+                    raise
+                for tp in reads:
+                    self.on_buffer_drop(tp)
+            else:
+                await feed.put(messages)
+            read_offset.update(reads)
 
     def _new_offset(self, tp: Any) -> int | None:
         acked = self._acked[tp]

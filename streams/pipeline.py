@@ -1,6 +1,7 @@
 """Wiring: engram.events -> processors -> engram.memory, with the ClickHouse history.
 
-The ``fold`` agent reads raw bytes from ``engram.events``; decodes (bad bytes go
+The ``fold`` agent reads raw bytes from ``engram.events`` (through a
+:class:`~streams.app.DirectFeed` unless the worker turns it off); decodes (bad bytes go
 to the dead-letter topic with the reason), skips what it has already applied,
 drops duplicate ``event_id``s, assigns the per-agent sequence and runs the
 processors. What the folds produce is flushed in groups by a :class:`Flusher`, one
@@ -43,7 +44,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -79,7 +80,7 @@ from sinks.clickhouse import (
     SequencedEvent,
 )
 from streams import faults
-from streams.app import Topics
+from streams.app import DirectFeed, Topics, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
 from streams.past import history_rows, read_past
@@ -205,6 +206,24 @@ class StateTable(Protocol):
     def data(self) -> MutableMapping[bytes, bytes]: ...
 
 
+class Delivery(Protocol):
+    """What the fold takes of a delivered message: a faust event, or a
+    :class:`Delivered` message of the direct feed."""
+
+    @property
+    def message(self) -> Any: ...
+
+
+class Delivered:
+    """A message taken from the fold's :class:`~streams.app.DirectFeed`, shaped as the
+    fold takes a faust event (its ``message`` only)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
 class Folder:
     """Holds the live per-agent memories of this worker between batches.
 
@@ -297,7 +316,7 @@ class Folder:
             live = self.live[agent_id] = LiveAgent(memory, dict(stored.positions))
         return live
 
-    def fold(self, batch: Sequence[faust.EventT[bytes]]) -> FoldResult:
+    def fold(self, batch: Sequence[Delivery]) -> FoldResult:
         """Fold the batch's messages, each partition strictly in offset order from its
         mark: a message past a hole (an offset never delivered to the fold, whatever
         the consumer group committed) is held, and its partition read again from the
@@ -770,6 +789,7 @@ def register(
     keys: WorkerKeys | None = None,
     state_table: str = "agent_state",
     save_every: int = STATE_SAVE_EVERY,
+    direct: bool = False,
 ) -> faust.types.AgentT[bytes]:
     """Declare the state table (``state_table``, one per derivation: see
     :mod:`sinks.derivations`) and the fold agent on ``app``; return the agent.
@@ -777,7 +797,8 @@ def register(
     With ``keys`` and a :class:`~schemas.sealed.SealingCodec` as ``codec``, the fold
     opens sealed events (covering each batch's keys first) and seals the derived
     events it publishes, writing the keys it made before them. ``save_every``: see
-    :data:`STATE_SAVE_EVERY`."""
+    :data:`STATE_SAVE_EVERY`. With ``direct``, the fold takes the events topic's
+    messages from a :class:`~streams.app.DirectFeed` instead of its faust stream."""
     table = cast(
         "faust.Table[bytes, bytes]",
         app.Table(
@@ -792,6 +813,7 @@ def register(
     flushers: list[Flusher] = []
     holes = holes_of(app)
     raw_only = raw_codec(codec)
+    feed = direct_feed(app, topics.events.get_topic_name()) if direct else None
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:
@@ -822,9 +844,12 @@ def register(
         flushers[:] = [flusher]
         settling = asyncio.ensure_future(settle_when_quiet(flusher))
         try:
-            async for batch in cast(faust.Stream[bytes], stream).take_events(
-                batch_size, within=within
-            ):
+            source: AsyncIterator[Sequence[Delivery]] = (
+                cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
+                if feed is None
+                else fed_batches(stream, feed, batch_size)
+            )
+            async for batch in source:
                 if keys is not None and isinstance(raw_only, SealingCodec):
                     raws = [item.message.value for item in batch]
                     await retry_in_place(
@@ -842,6 +867,19 @@ def register(
             await writer.stop()
 
     return fold
+
+
+async def fed_batches(
+    stream: faust.StreamT[bytes], feed: DirectFeed, batch_size: int
+) -> AsyncIterator[Sequence[Delivery]]:
+    """The fold's batches from its direct ``feed``: up to ``batch_size`` of the messages
+    queued there, as soon as there is one (its stream's ``take_events`` waits up to its
+    window for a full batch). The stream's topic stays subscribed: ``aiter`` of its
+    channel adds it to faust's conductor, as iterating the stream does; the worker's
+    consumer hands that channel nothing."""
+    aiter(stream.channel)
+    while True:
+        yield [Delivered(message) for message in await feed.take(batch_size)]
 
 
 SETTLE_S = 1.0
@@ -905,10 +943,11 @@ async def finish(flusher: Flusher) -> None:
 
 
 async def fold_batch(
-    flusher: Flusher, batch: Sequence[faust.EventT[bytes]], holes: Holes | None = None
+    flusher: Flusher, batch: Sequence[Delivery], holes: Holes | None = None
 ) -> None:
     """Fold a batch and hand it to the flusher; its messages are acked by the flush
-    (one extra reference each keeps faust from acking them when the batch ends). A
+    (one extra reference each keeps faust's stream from acking them when the batch
+    ends; a direct feed's messages have only this one). A
     partition with a hole is read again from it (and again, by ``holes``, while the
     hole stays)."""
     messages = [item.message for item in batch]

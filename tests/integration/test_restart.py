@@ -32,10 +32,15 @@ def history(n: int, agents: int, offset: int = 0) -> list[Event]:
     ]
 
 
-def test_kill_minus_nine_and_resume_loses_nothing_and_repeats_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first_feed", ["on", "off"])
+def test_kill_minus_nine_and_resume_loses_nothing_and_repeats_nothing(
+    tmp_path: Path, first_feed: str
+) -> None:
+    """The second life feeds the fold directly (the default); the first one too, or
+    through faust's stream (``ENGRAM_DIRECT_FEED=off``): either way the same history."""
     with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
         env = {"ENGRAM_KAFKA_BOOTSTRAP": broker.bootstrap, "ENGRAM_BATCH_SIZE": "200", **FAST_GROUP}
-        first = start_stack(tmp_path / "home", **env)
+        first = start_stack(tmp_path / "home", **env, ENGRAM_DIRECT_FEED=first_feed)
         before = history(3000, agents=5)
         with Memory(bootstrap=broker.bootstrap) as memory:
             memory.publish_many(before)

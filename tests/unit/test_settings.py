@@ -17,6 +17,13 @@ def test_memories_are_embedded_in_a_child_process_unless_turned_off() -> None:
         Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "yes"})
 
 
+def test_the_fold_is_fed_directly_unless_turned_off() -> None:
+    assert Settings.from_env(HOME).direct_feed is True
+    assert Settings.from_env({**HOME, "ENGRAM_DIRECT_FEED": " Off"}).direct_feed is False
+    with pytest.raises(SettingsError, match="ENGRAM_DIRECT_FEED"):
+        Settings.from_env({**HOME, "ENGRAM_DIRECT_FEED": "1"})
+
+
 def test_the_relay_window_is_its_own_setting() -> None:
     assert Settings.from_env(HOME).relay_interval_s == 0.1
     flush = {**HOME, "ENGRAM_FLUSH_INTERVAL_S": "0.5"}
