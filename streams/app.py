@@ -71,8 +71,9 @@ class DirectFeed:
       acks count; the agent owns one reference of each (its ``incref``) and acks it when
       done. Nothing else acks it: no faust stream holds it.
     - :meth:`clear` drops what is queued. The app's flow control calls it when it
-      clears faust's stream queues (:func:`direct_feed` registers the feed with it):
-      when partitions are revoked, and when the flow resumes after an assignment.
+      clears faust's stream queues (the feed registers with it on its first
+      :meth:`put` or :meth:`take`, which the agent calls as it starts): when
+      partitions are revoked, and when the flow resumes after an assignment.
       Nothing dropped was tracked or acked; faust reads the assigned partitions again
       from their committed offsets after the assignment (``perform_seek`` resets the
       read offsets), and where it does not, the fold's hole detection or the
@@ -90,8 +91,14 @@ class DirectFeed:
         self._writable: asyncio.Event | None = None
 
     def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+        """The feed's events, made on first use, in the worker's running loop; the
+        feed is then registered with the app's flow control (which it clears with
+        faust's stream queues). Not before: the first touch of ``app.flow_control``
+        binds the app to the current event loop, and the worker runs the app on a
+        loop it makes after the agents are declared."""
         if self._readable is None or self._writable is None:
             self._readable, self._writable = asyncio.Event(), asyncio.Event()
+            self.app.flow_control.manage_queue(self)
         return self._readable, self._writable
 
     def full(self) -> bool:
@@ -155,12 +162,11 @@ def direct_feeds(app: Any) -> dict[str, DirectFeed]:
 def direct_feed(app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> DirectFeed:
     """A :class:`DirectFeed` of ``topic`` on ``app``, which the worker's consumer hands
     every message of ``topic`` to from now on (none to faust's streams); one per topic,
-    read by one agent."""
+    read by one agent. Declaring it binds no event loop (see :meth:`DirectFeed._events`)."""
     feeds = direct_feeds(app)
     if topic in feeds:
         raise ValueError(f"{topic} already has a direct feed")
     feed = feeds[topic] = DirectFeed(app, topic, maxsize)
-    app.flow_control.manage_queue(feed)  # cleared with faust's stream queues
     return feed
 
 

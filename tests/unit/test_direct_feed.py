@@ -104,3 +104,25 @@ async def test_messages_of_an_older_generation_or_a_stopped_flow_are_not_taken()
     assert not taking.done()  # nothing to take: the stopped flow's messages are skipped
     assert all(m.acked and not m.tracked for m in stopped)
     taking.cancel()
+
+
+def test_declaring_a_feed_leaves_the_app_to_the_loop_the_worker_runs_it_on() -> None:
+    """The stack declares its agents, then makes the loop its worker runs on: a feed
+    that bound the app to the loop current at declaration ran the worker on that one,
+    where a reprocess's stop request (sent to the worker's loop) never arrived."""
+    app = create_app(app_id="feed-loop", bootstrap="127.0.0.1:1", partitions=2)
+    feed = direct_feed(app, TOPIC)
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        assert app.loop is loop
+
+        async def hand_over_and_revoke() -> int:
+            await feed.put(messages(range(2)))
+            app.flow_control.clear()  # registered on first use: cleared with the streams
+            return len(feed.queued)
+
+        assert loop.run_until_complete(hand_over_and_revoke()) == 0
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
