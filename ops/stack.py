@@ -149,6 +149,7 @@ def build_worker_app(
         # a crash seals one batch again: within the fold's window, the copies are dropped
         batch_size=min(settings.batch_size, derivation.config.dedupe_window),
         within=settings.relay_interval_s,
+        direct=settings.direct_feed,
     )
     if settings.tick_interval_s > 0:
         register_ticker(

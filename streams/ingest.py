@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -42,9 +42,10 @@ from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
 from streams import faults
+from streams.app import direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, commit_acted, in_order
-from streams.pipeline import DeadLetter, dead_letter_records
+from streams.pipeline import DeadLetter, Delivery, dead_letter_records, fed_batches
 from streams.retry import retry_in_place
 
 log = logging.getLogger("engram.ingest")
@@ -244,11 +245,16 @@ def register_ingest(
     bootstrap: str,
     batch_size: int = 1000,
     within: float = 0.2,
+    direct: bool = False,
 ) -> faust.types.AgentT[bytes]:
     """Declare the ``engram.ingest`` agent on ``app`` (``codec`` accepts the raw types
-    and seals with ``keys``); return it."""
+    and seals with ``keys``); return it. With ``direct``, the agent takes the ingest
+    topic's messages from a :class:`~streams.app.DirectFeed` (batches of at most
+    ``batch_size``, as soon as one message waits) instead of its faust stream
+    (``batch_size`` within ``within`` seconds)."""
 
     route = (events_topic, dead_letter_topic)
+    feed = direct_feed(app, ingest.get_topic_name()) if direct else None
 
     guard = InOrder(app)
 
@@ -260,10 +266,13 @@ def register_ingest(
     async def seal(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap)
         sweeper = Sweeper(bootstrap, app.consumer)
+        source: AsyncIterator[Sequence[Delivery]] = (
+            cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
+            if feed is None
+            else fed_batches(stream, feed, batch_size)
+        )
         try:
-            async for batch in cast(faust.Stream[bytes], stream).take_events(
-                batch_size, within=within
-            ):
+            async for batch in source:
                 acted = await in_order(
                     batch,
                     guard,
