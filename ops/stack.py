@@ -187,6 +187,7 @@ def build_worker_app(
             within=settings.relay_interval_s,
             projected=derivation.memory_starts,
             on_erased=lambda erased: history.call(lambda: history.record_vector_erasures(erased)),
+            direct=settings.direct_feed,
         )
     return app
 

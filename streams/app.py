@@ -7,6 +7,7 @@ import logging
 import tempfile
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,34 +51,43 @@ DIRECT_FEED_MAXSIZE = 16_384
 
 
 class DirectFeed:
-    """The messages of one topic, handed by the worker's consumer straight to the one
-    agent that reads them, in lists, instead of one faust event at a time through the
+    """The messages of one topic for one agent, handed by the worker's consumer
+    straight to it, in lists, instead of one faust event at a time through the
     conductor, the topic's channel queue and the agent's stream (about 70 µs of the
-    worker's time per message: ``ops/bench/faust_floor.py``).
+    worker's time per message: ``ops/bench/faust_floor.py``). A topic may have several
+    feeds, one per agent that reads it.
 
     The contract, which keeps what faust's stream does per message that engram relies on:
 
-    - :meth:`_Consumer._hand_over` gives every fetched message of the topic to
-      :meth:`put`, once per fetched batch, and marks a message read (its partition's
-      read offset) only once :meth:`put` took it; :meth:`put` waits while the feed
-      holds :attr:`maxsize` messages (back-pressure), its partitions meanwhile counted
-      as buffered (``on_buffer_full``: not fetched, and not stranded for the
-      :class:`StallWatch`), as faust counts a partition whose stream queue is full.
+    - :meth:`_Consumer._hand_over` gives every fetched message of the topic to each of
+      its feeds' :meth:`put`, once per fetched batch, with one reference per feed (as
+      faust's conductor increfs a message once per stream it delivers it to), and marks
+      a message read (its partition's read offset) only once every feed took it;
+      :meth:`put` waits while the feed holds :attr:`maxsize` messages (back-pressure),
+      its partitions meanwhile counted as buffered (``on_buffer_full``: not fetched,
+      and not stranded for the :class:`StallWatch`), as faust counts a partition whose
+      stream queue is full.
     - :meth:`take` gives what is queued, at most ``max_`` messages, without waiting when
-      something is there. Like faust's stream, it skips a message of an older consumer
-      generation or taken while the flow is stopped (a rebalance): it acks it untracked,
-      which ``_Consumer.ack`` refuses, so its partition is read again from it. Every
-      other message is tracked (``tracked``, in ``consumer.unacked``) so the agent's
-      acks count; the agent owns one reference of each (its ``incref``) and acks it when
-      done. Nothing else acks it: no faust stream holds it.
+      something is there (or, with ``within``, once ``max_`` are there or ``within``
+      seconds after it began waiting). Like faust's stream, it skips a message of an
+      older consumer generation or taken while the flow is stopped (a rebalance): it
+      releases the feed's reference, and the final release acks it untracked, which
+      ``_Consumer.ack`` refuses, so its partition is read again from it. Every other
+      message is tracked (``tracked``, in ``consumer.unacked``) so the agents' acks
+      count. The feed's reference of a message taken is released when the agent is
+      done with the batch (:func:`fed_batches`, as faust's ``take_events`` acks a
+      batch's events when the agent asks for the next one); an agent that keeps a
+      message beyond its batch takes its own reference first (``incref``), as it does
+      with faust's stream.
     - :meth:`clear` drops what is queued. The app's flow control calls it when it
       clears faust's stream queues (the feed registers with it on its first
       :meth:`put` or :meth:`take`, which the agent calls as it starts): when
       partitions are revoked, and when the flow resumes after an assignment.
-      Nothing dropped was tracked or acked; faust reads the assigned partitions again
-      from their committed offsets after the assignment (``perform_seek`` resets the
-      read offsets), and where it does not, the fold's hole detection or the
-      :class:`StallWatch` reads them again, as for what faust's queues dropped.
+      Nothing dropped was tracked or released, so nothing dropped is acked; faust reads
+      the assigned partitions again from their committed offsets after the assignment
+      (``perform_seek`` resets the read offsets), and where it does not, the fold's
+      hole detection or the :class:`StallWatch` reads them again, as for what faust's
+      queues dropped.
     - The agent must still have its topic subscribed, as a faust stream does when it is
       iterated: ``aiter(stream.channel)`` adds the topic to the conductor, whose
       channel then never receives anything (the hand-over gives it nothing)."""
@@ -105,7 +115,8 @@ class DirectFeed:
         return len(self.queued) >= self.maxsize
 
     async def put(self, messages: list[Any]) -> None:
-        """Queue ``messages`` (in fetch order), once fewer than :attr:`maxsize` wait."""
+        """Queue ``messages`` (in fetch order, each holding a reference for this feed),
+        once fewer than :attr:`maxsize` wait."""
         readable, writable = self._events()
         while self.full():
             writable.clear()
@@ -113,15 +124,18 @@ class DirectFeed:
         self.queued.extend(messages)
         readable.set()
 
-    async def take(self, max_: int) -> list[Any]:
+    async def take(self, max_: int, within: float | None = None) -> list[Any]:
         """The queued messages to process (at most ``max_``, at least one), waiting
-        only while none is queued; see the class's contract for what is skipped."""
+        while none is queued, and with ``within`` until ``max_`` are or ``within``
+        seconds passed; see the class's contract for what is skipped."""
         readable, writable = self._events()
         queued = self.queued
         while True:
             while not queued:
                 readable.clear()
                 await readable.wait()
+            if within and len(queued) < max_:
+                await self._gather(max_, within)
             n = min(max_, len(queued))
             batch = [queued.popleft() for _ in range(n)]
             if not self.full():
@@ -134,13 +148,25 @@ class DirectFeed:
             taken: list[Any] = []
             for message in batch:
                 if not active or message.generation_id != generation:
-                    message.ack(consumer)  # untracked: refused, the partition is read again
+                    message.ack(consumer)  # the feed's reference: refused, read again
                     continue
                 message.tracked = True
                 track(message)
                 taken.append(message)
             if taken:
                 return taken
+
+    async def _gather(self, max_: int, within: float) -> None:
+        """Wait until ``max_`` messages are queued or ``within`` seconds passed."""
+        readable, _ = self._events()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while len(self.queued) < max_ and (left := deadline - loop.time()) > 0:
+            readable.clear()
+            try:
+                await asyncio.wait_for(readable.wait(), left)
+            except TimeoutError:
+                return
 
     def clear(self) -> int:
         """Drop what is queued (partitions revoked); how many messages were dropped."""
@@ -151,23 +177,54 @@ class DirectFeed:
         return dropped
 
 
-def direct_feeds(app: Any) -> dict[str, DirectFeed]:
+def direct_feeds(app: Any) -> dict[str, list[DirectFeed]]:
     """The app's direct feeds by topic name (empty unless :func:`direct_feed` made one)."""
-    feeds: dict[str, DirectFeed] | None = getattr(app, "_engram_direct_feeds", None)
+    feeds: dict[str, list[DirectFeed]] | None = getattr(app, "_engram_direct_feeds", None)
     if feeds is None:
         feeds = app._engram_direct_feeds = {}
     return feeds
 
 
 def direct_feed(app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> DirectFeed:
-    """A :class:`DirectFeed` of ``topic`` on ``app``, which the worker's consumer hands
-    every message of ``topic`` to from now on (none to faust's streams); one per topic,
-    read by one agent. Declaring it binds no event loop (see :meth:`DirectFeed._events`)."""
-    feeds = direct_feeds(app)
-    if topic in feeds:
-        raise ValueError(f"{topic} already has a direct feed")
-    feed = feeds[topic] = DirectFeed(app, topic, maxsize)
+    """A new :class:`DirectFeed` of ``topic`` on ``app``, for one agent: the worker's
+    consumer hands every message of ``topic`` to it (and to the topic's other feeds)
+    from now on, none to faust's streams. Declaring it binds no event loop (see
+    :meth:`DirectFeed._events`)."""
+    feed = DirectFeed(app, topic, maxsize)
+    direct_feeds(app).setdefault(topic, []).append(feed)
     return feed
+
+
+class Delivered:
+    """A message taken from a :class:`DirectFeed`, shaped as an agent takes a faust
+    event (its ``message`` only)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
+async def fed_batches(
+    stream: faust.StreamT[bytes], feed: DirectFeed, batch_size: int, within: float | None = None
+) -> AsyncIterator[list[Delivered]]:
+    """An agent's batches from its direct ``feed``: up to ``batch_size`` of the messages
+    queued there, as soon as there is one (with ``within``: once ``batch_size`` are, or
+    ``within`` seconds after the first), where its stream's ``take_events`` waits up to
+    its window for a full batch. Each batch's messages lose the feed's reference when
+    the agent asks for the next batch or stops (as ``take_events`` acks its events).
+    The stream's topic stays subscribed: ``aiter`` of its channel adds it to faust's
+    conductor, as iterating the stream does; the worker's consumer hands that channel
+    nothing."""
+    aiter(stream.channel)
+    while True:
+        messages = await feed.take(batch_size, within)
+        try:
+            yield [Delivered(message) for message in messages]
+        finally:
+            consumer = feed.app.consumer
+            for message in messages:
+                message.ack(consumer)
 
 
 class _Consumer(faust_kafka.Consumer):
@@ -319,16 +376,16 @@ class _Consumer(faust_kafka.Consumer):
             self.diag.unset_flag(flag)
 
     async def _hand_over(self, batch: list[tuple[Any, Any]]) -> None:
-        """Hand ``batch`` (``(tp, message)`` in fetch order) to the streams, skipping
+        r"""Hand ``batch`` (``(tp, message)`` in fetch order) to the streams, skipping
         what was already read (a seek back re-reads it), as faust does per message;
-        the loop is released every 100 messages. The messages of a topic with a
-        :class:`DirectFeed` go to it instead, in one list per feed, after the others;
-        they count as read once the feed took them."""
+        the loop is released every 100 messages. The messages of a topic with
+        :class:`DirectFeed`\ s go to them instead, in one list per topic, after the
+        others; they count as read once every feed of their topic took them."""
         callback = self.callback
         read_offset = self._read_offset
         commit_every = self._commit_every
         feeds = direct_feeds(self.app)
-        fed: dict[DirectFeed, tuple[list[Any], dict[Any, int]]] = {}
+        fed: dict[str, tuple[list[Any], dict[Any, int]]] = {}
         since_yield = 0
         for tp, message in batch:
             since_yield += 1
@@ -336,9 +393,8 @@ class _Consumer(faust_kafka.Consumer):
                 await asyncio.sleep(0)
                 since_yield = 0
             offset = message.offset
-            feed = feeds.get(tp.topic) if feeds else None
-            if feed is not None:
-                messages, reads = fed.setdefault(feed, ([], {}))
+            if feeds and tp.topic in feeds:
+                messages, reads = fed.setdefault(tp.topic, ([], {}))
                 read = reads.get(tp, read_offset.get(tp))
                 if read is not None and offset < read:
                     continue
@@ -353,29 +409,39 @@ class _Consumer(faust_kafka.Consumer):
                 await self.commit()
             await callback(message)
             read_offset[tp] = offset
-        for feed, (messages, reads) in fed.items():
+        for topic, (messages, reads) in fed.items():
             if not messages:
                 continue
-            if feed.full():  # as faust does for a full stream queue
-                # faust's TP: its active-partition set asserts it (getmany's are aiokafka's)
-                reads = {TP(tp.topic, tp.partition): offset for tp, offset in reads.items()}
-                for tp in reads:
-                    self.on_buffer_full(tp)
-                try:
-                    await feed.put(messages)
-                except BaseException:  # abandoned (a rebalance, a stop)
-                    assigned = self.assignment()
-                    for tp in reads:
-                        if tp in assigned:
-                            self.on_buffer_drop(tp)
-                        else:  # revoked meanwhile: not fetched here any more
-                            self._buffered_partitions.discard(tp)
-                    raise
-                for tp in reads:
-                    self.on_buffer_drop(tp)
-            else:
-                await feed.put(messages)
+            readers = feeds[topic]
+            for message in messages:  # one reference per feed, before any feed has it
+                message.incref(len(readers))
+            for feed in readers:
+                await self._feed(feed, messages, reads)
             read_offset.update(reads)
+
+    async def _feed(self, feed: DirectFeed, messages: list[Any], reads: dict[Any, int]) -> None:
+        """Put ``messages`` (reading ``reads``, the last offset per partition) in
+        ``feed``; while it is full, their partitions count as buffered, as faust counts
+        a partition whose stream queue is full."""
+        if not feed.full():
+            await feed.put(messages)
+            return
+        # faust's TP: its active-partition set asserts it (getmany's are aiokafka's)
+        tps = [TP(tp.topic, tp.partition) for tp in reads]
+        for tp in tps:
+            self.on_buffer_full(tp)
+        try:
+            await feed.put(messages)
+        except BaseException:  # abandoned (a rebalance, a stop)
+            assigned = self.assignment()
+            for tp in tps:
+                if tp in assigned:
+                    self.on_buffer_drop(tp)
+                else:  # revoked meanwhile: not fetched here any more
+                    self._buffered_partitions.discard(tp)
+            raise
+        for tp in tps:
+            self.on_buffer_drop(tp)
 
     def _new_offset(self, tp: Any) -> int | None:
         acked = self._acked[tp]

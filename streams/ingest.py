@@ -42,10 +42,10 @@ from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
 from streams import faults
-from streams.app import direct_feed
+from streams.app import direct_feed, fed_batches
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, commit_acted, in_order
-from streams.pipeline import DeadLetter, Delivery, dead_letter_records, fed_batches
+from streams.pipeline import DeadLetter, Delivery, dead_letter_records
 from streams.retry import retry_in_place
 
 log = logging.getLogger("engram.ingest")

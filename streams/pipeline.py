@@ -80,7 +80,7 @@ from sinks.clickhouse import (
     SequencedEvent,
 )
 from streams import faults
-from streams.app import DirectFeed, Topics, direct_feed
+from streams.app import Topics, direct_feed, fed_batches
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
 from streams.past import history_rows, read_past
@@ -208,20 +208,10 @@ class StateTable(Protocol):
 
 class Delivery(Protocol):
     """What the fold takes of a delivered message: a faust event, or a
-    :class:`Delivered` message of the direct feed."""
+    :class:`~streams.app.Delivered` message of a direct feed."""
 
     @property
     def message(self) -> Any: ...
-
-
-class Delivered:
-    """A message taken from the fold's :class:`~streams.app.DirectFeed`, shaped as the
-    fold takes a faust event (its ``message`` only)."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: Any) -> None:
-        self.message = message
 
 
 class Folder:
@@ -869,19 +859,6 @@ def register(
     return fold
 
 
-async def fed_batches(
-    stream: faust.StreamT[bytes], feed: DirectFeed, batch_size: int
-) -> AsyncIterator[Sequence[Delivery]]:
-    """The fold's batches from its direct ``feed``: up to ``batch_size`` of the messages
-    queued there, as soon as there is one (its stream's ``take_events`` waits up to its
-    window for a full batch). The stream's topic stays subscribed: ``aiter`` of its
-    channel adds it to faust's conductor, as iterating the stream does; the worker's
-    consumer hands that channel nothing."""
-    aiter(stream.channel)
-    while True:
-        yield [Delivered(message) for message in await feed.take(batch_size)]
-
-
 SETTLE_S = 1.0
 """How long the fold is quiet (nothing folded) before it saves every unsaved state."""
 
@@ -946,10 +923,9 @@ async def fold_batch(
     flusher: Flusher, batch: Sequence[Delivery], holes: Holes | None = None
 ) -> None:
     """Fold a batch and hand it to the flusher; its messages are acked by the flush
-    (one extra reference each keeps faust's stream from acking them when the batch
-    ends; a direct feed's messages have only this one). A
-    partition with a hole is read again from it (and again, by ``holes``, while the
-    hole stays)."""
+    (one extra reference each keeps faust's stream, or the direct feed, from acking
+    them when the batch ends). A partition with a hole is read again from it (and
+    again, by ``holes``, while the hole stays)."""
     messages = [item.message for item in batch]
     for message in messages:
         message.incref()

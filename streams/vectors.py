@@ -34,7 +34,7 @@ import math
 import operator
 import struct
 from base64 import b64decode, b64encode
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -63,6 +63,7 @@ from schemas.sealed import SealingCodec, sealed_kind
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
 from streams import faults
+from streams.app import DirectFeed, direct_feed, fed_batches
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, in_order
 from streams.retry import retry_in_place
@@ -545,6 +546,7 @@ def register_vectors(
     keys: WorkerKeys | None = None,
     projected: dict[int, int] | None = None,
     on_erased: Callable[[Sequence[tuple[SubjectErased, int]]], Awaitable[None]] | None = None,
+    direct: bool = False,
 ) -> None:
     """Declare the embedding and vector-projection agents on ``app``. With ``keys``
     and a :class:`SealingCodec`, each batch's keys are covered before it is opened,
@@ -554,7 +556,10 @@ def register_vectors(
     records over (acked, not acted on). Not a seek: the embedded broker's end offsets
     count record batches, so a seek there may land past what it reports. ``on_erased``
     gets each ``subject.erased`` applied with the points it deleted (for the erasure's
-    receipt), once they are deleted and before the batch is acked."""
+    receipt), once they are deleted and before the batch is acked. With ``direct``,
+    each agent takes the memory topic's messages from its own
+    :class:`~streams.app.DirectFeed` (batches of ``batch_size`` within ``within``
+    seconds, as from its faust stream)."""
     starts = dict(projected or {})
 
     def fresh(messages: Sequence[Any]) -> list[Any]:
@@ -563,6 +568,15 @@ def register_vectors(
     embed_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-embed")
     store_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-vectors")
     topic_name = memory_topic.get_topic_name()
+    embed_feed = direct_feed(app, topic_name) if direct else None
+    project_feed = direct_feed(app, topic_name) if direct else None
+
+    def batches(
+        stream: faust.StreamT[bytes], feed: DirectFeed | None
+    ) -> AsyncIterator[Sequence[Any]]:
+        if feed is None:
+            return cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
+        return fed_batches(stream, feed, batch_size, within)
 
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
@@ -605,9 +619,7 @@ def register_vectors(
             faults.reached("embed.published")
 
         try:
-            async for batch in cast(faust.Stream[bytes], stream).take_events(
-                batch_size, within=within
-            ):
+            async for batch in batches(stream, embed_feed):
                 await in_order(batch, embedding, embed_created)
         finally:
             await writer.stop()
@@ -635,7 +647,7 @@ def register_vectors(
 
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:
-        async for batch in cast(faust.Stream[bytes], stream).take_events(batch_size, within=within):
+        async for batch in batches(stream, project_feed):
             await in_order(batch, guard, apply)
 
     _ = (embed, project)

@@ -1,18 +1,17 @@
-"""``streams.app.DirectFeed``: what the worker's consumer hands the fold, on a real faust
+"""``streams.app.DirectFeed``: what the worker's consumer hands an agent, on a real faust
 app and consumer (not started: the feed touches only their bookkeeping). Its path
-through the broker is the integration tests' (every worker feeds its fold directly
-unless ``ENGRAM_DIRECT_FEED=off``)."""
+through the broker is the integration tests' (every worker feeds its fold, its ingest
+hop and its vector agents directly unless ``ENGRAM_DIRECT_FEED=off``)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import pytest
 from faust.transport.drivers.aiokafka import ConsumerMessage
 from faust.types import TP
 
-from streams.app import DirectFeed, create_app, direct_feed, direct_feeds
+from streams.app import DirectFeed, create_app, direct_feed, direct_feeds, fed_batches
 
 TOPIC = "engram.events"
 
@@ -23,13 +22,18 @@ def app_for(name: str) -> Any:
     return app
 
 
-def messages(offsets: range, partition: int = 0, generation: int = 0) -> list[Any]:
-    return [
+def messages(offsets: range, partition: int = 0, generation: int = 0, feeds: int = 1) -> list[Any]:
+    """Fetched messages, each with one reference per feed it is handed to (as the
+    consumer's hand-over gives them)."""
+    made = [
         ConsumerMessage(
             TOPIC, partition, offset, 0.0, 0, None, b"k", b"v", None, generation_id=generation
         )
         for offset in offsets
     ]
+    for message in made:
+        message.incref(feeds)
+    return made
 
 
 async def test_take_gives_what_is_queued_at_once_up_to_the_batch_and_tracks_it() -> None:
@@ -37,7 +41,7 @@ async def test_take_gives_what_is_queued_at_once_up_to_the_batch_and_tracks_it()
     feed = direct_feed(app, TOPIC)
     aiter(app.topic(TOPIC))  # subscribed, as the fold does it: acks of its topic count
     await app.topics._update_indices()  # what the conductor does on subscribing
-    assert direct_feeds(app) == {TOPIC: feed}
+    assert direct_feeds(app) == {TOPIC: [feed]}
     await feed.put(messages(range(3)))
     await feed.put(messages(range(2), partition=1))
     first = await asyncio.wait_for(feed.take(4), 0.1)  # no batch window: what is there
@@ -46,14 +50,11 @@ async def test_take_gives_what_is_queued_at_once_up_to_the_batch_and_tracks_it()
     assert [(m.partition, m.offset) for m in rest] == [(1, 1)]
     for message in first + rest:
         assert message.tracked and message in app.consumer.unacked
-        message.incref()  # the fold's reference
         assert message.ack(app.consumer)  # tracked, current generation, flow on: counted
     assert app.consumer._acked[TP(TOPIC, 0)] == [0, 1, 2]
     await feed.put(messages(range(3, 6)))
     app.flow_control.clear()  # a revocation: faust's stream queues and the feed emptied
     assert not feed.queued
-    with pytest.raises(ValueError, match="already has a direct feed"):
-        direct_feed(app, TOPIC)
 
 
 async def test_take_waits_for_a_message_when_none_is_queued() -> None:
@@ -94,7 +95,7 @@ async def test_messages_of_an_older_generation_or_a_stopped_flow_are_not_taken()
     await feed.put(old + current)
     taken = await asyncio.wait_for(feed.take(10), 0.1)
     assert taken == current
-    assert all(m.acked and not m.tracked for m in old)  # refused: read again, not committed
+    assert all(m.acked and not m.tracked for m in old)  # released, refused: read again
     assert not app.consumer._acked[TP(TOPIC, 0)]
     app.flow_control.suspend()  # a rebalance: the flow stops before the revocation
     stopped = messages(range(4, 6), generation=3)
@@ -126,3 +127,50 @@ def test_declaring_a_feed_leaves_the_app_to_the_loop_the_worker_runs_it_on() -> 
     finally:
         asyncio.set_event_loop(None)
         loop.close()
+
+
+async def test_two_feeds_of_a_topic_each_get_every_message_and_ack_it_only_when_both_are_done() -> (
+    None
+):
+    """Two agents read one topic (the embedding and the vector projection): a message
+    is acked once both released it, whichever ends last, as faust's conductor counts a
+    reference per stream; a batch's references are released when its agent asks for
+    the next batch, and an agent that holds a message (a hole) keeps it unacked."""
+    app = app_for("two")
+    first, second = direct_feed(app, TOPIC), direct_feed(app, TOPIC)
+    assert direct_feeds(app) == {TOPIC: [first, second]}
+    aiter(app.topic(TOPIC))
+    await app.topics._update_indices()
+    handed = messages(range(3), feeds=2)
+    await first.put(handed)
+    await second.put(handed)
+    stream = app.stream(app.topic(TOPIC))
+    one, two = fed_batches(stream, first, 10), fed_batches(stream, second, 10)
+    batch = await asyncio.wait_for(one.__anext__(), 0.1)
+    assert [d.message.offset for d in batch] == [0, 1, 2]
+    batch[2].message.incref()  # the first agent holds offset 2 (a hole before it, say)
+    await asyncio.wait_for(first.put(messages(range(3, 4), feeds=1)), 0.1)
+    await asyncio.wait_for(one.__anext__(), 0.1)  # done with its first batch: released
+    assert not any(m.acked for m in handed)  # the second agent still has them
+    other = await asyncio.wait_for(two.__anext__(), 0.1)
+    assert [d.message for d in other] == handed
+    await two.aclose()  # the second agent stops: its references released
+    assert [m.acked for m in handed] == [True, True, False]
+    assert app.consumer._acked[TP(TOPIC, 0)] == [0, 1]
+    await one.aclose()
+
+
+async def test_a_window_gathers_a_batch_until_it_is_full_or_the_window_ends() -> None:
+    feed = direct_feed(app_for("window"), TOPIC)
+    await feed.put(messages(range(2)))
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    taken = await asyncio.wait_for(feed.take(10, within=0.2), 1.0)
+    assert [m.offset for m in taken] == [0, 1]
+    assert loop.time() - began >= 0.15  # waited for more, then gave what it had
+    taking = asyncio.ensure_future(feed.take(3, within=5.0))
+    await feed.put(messages(range(2, 3)))
+    await asyncio.sleep(0.05)
+    assert not taking.done()
+    await feed.put(messages(range(3, 6)))
+    assert [m.offset for m in await asyncio.wait_for(taking, 0.5)] == [2, 3, 4]
