@@ -118,9 +118,9 @@ def _embed_process(env: Mapping[str, str]) -> bool:
 
 
 def _direct_feed(env: Mapping[str, str]) -> bool:
-    """``ENGRAM_DIRECT_FEED``: ``on`` (default) hands the fold its events in lists,
-    straight from the worker's consumer (``streams.app.DirectFeed``); ``off`` through
-    faust's per-message stream machinery."""
+    """``ENGRAM_DIRECT_FEED``: ``on`` (default) hands the worker's agents their messages
+    in lists, straight from the worker's consumer (``streams.app.DirectFeed``); ``off``
+    through faust's per-message stream machinery."""
     raw = (env.get("ENGRAM_DIRECT_FEED") or "on").strip().lower()
     if raw not in ("on", "off"):
         raise SettingsError(f"ENGRAM_DIRECT_FEED={raw!r} must be on or off")
@@ -181,7 +181,8 @@ class Settings:
     keys_topic: str = "engram.keys"
     seal: bool = True
     direct_feed: bool = True
-    """Whether the fold takes its events from a direct feed (``ENGRAM_DIRECT_FEED``)."""
+    """Whether the worker's agents take their messages from direct feeds
+    (``ENGRAM_DIRECT_FEED``)."""
     master_key_base64: str | None = field(default=None, repr=False)
     master_key_file: Path | None = None
     key_file: Path | None = None
