@@ -227,6 +227,27 @@ def _doubles(data: bytes, at: int) -> tuple[list[float], int]:
         at = end
 
 
+def write_long(n: int) -> bytes:
+    """Avro's zigzag varint of the long ``n`` (-2**63 <= n < 2**63)."""
+    z = (n << 1) ^ (n >> 63)
+    if z < 0x80:
+        return _SMALL[z]
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_SMALL = [bytes((z,)) for z in range(0x80)]
+
+
+def write_bytes(b: bytes) -> bytes:
+    """Avro ``bytes`` (and, of UTF-8, ``string``): the length as a long, then ``b``."""
+    return write_long(len(b)) + b
+
+
 def _long(data: bytes, at: int) -> tuple[int, int]:
     """An Avro zigzag varint long at ``data[at:]`` and the offset after it."""
     shift = result = 0

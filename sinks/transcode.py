@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.avro import AvroType
+from schemas.avro import AvroType, write_bytes, write_long
 
 
 class Unsupported(ValueError):
@@ -388,17 +388,17 @@ class Transcoder:
         sync = os.urandom(16)
         parts = [
             b"Obj\x01",
-            _long(2),
-            _bytes(b"avro.schema"),
-            _bytes(self.schema_json),
-            _bytes(b"avro.codec"),
-            _bytes(b"null"),
-            _long(0),
+            write_long(2),
+            write_bytes(b"avro.schema"),
+            write_bytes(self.schema_json),
+            write_bytes(b"avro.codec"),
+            write_bytes(b"null"),
+            write_long(0),
             sync,
         ]
-        one = _long(1)
+        one = write_long(1)
         for body in bodies:
-            parts += (one, _long(len(body)), body, sync)
+            parts += (one, write_long(len(body)), body, sync)
         return b"".join(parts)
 
 
@@ -438,18 +438,3 @@ def transcoder(avro_type: AvroType, change_columns: Sequence[str]) -> Transcoder
 
 def _is_time(node: Any) -> bool:
     return isinstance(node, dict) and node.get("logicalType") == "timestamp-millis"
-
-
-def _long(n: int) -> bytes:
-    """Avro's zig-zag varint of ``n``."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _bytes(b: bytes) -> bytes:
-    return _long(len(b)) + b
