@@ -7,10 +7,10 @@ import logging
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiokafka
 import faust
@@ -225,6 +225,23 @@ async def fed_batches(
             consumer = feed.app.consumer
             for message in messages:
                 message.ack(consumer)
+
+
+def agent_batches(
+    stream: faust.StreamT[bytes],
+    feed: DirectFeed | None,
+    batch_size: int,
+    within: float,
+    *,
+    gather: bool = False,
+) -> AsyncIterator[Sequence[Any]]:
+    """An agent's batches: from its direct ``feed`` when it has one (see
+    :func:`fed_batches`; with ``gather``, a batch waits up to ``within`` seconds to
+    fill, otherwise it goes as soon as one message waits), else from its faust stream
+    (``take_events``: ``batch_size`` within ``within`` seconds)."""
+    if feed is None:
+        return cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
+    return fed_batches(stream, feed, batch_size, within if gather else None)
 
 
 class _Consumer(faust_kafka.Consumer):

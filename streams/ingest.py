@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import faust
 from aiokafka import TopicPartition
@@ -42,10 +42,10 @@ from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring, cover
 from streams import faults
-from streams.app import direct_feed, fed_batches
+from streams.app import agent_batches, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, commit_acted, in_order
-from streams.pipeline import DeadLetter, Delivery, dead_letter_records
+from streams.pipeline import DeadLetter, dead_letter_records
 from streams.retry import retry_in_place
 
 log = logging.getLogger("engram.ingest")
@@ -266,13 +266,8 @@ def register_ingest(
     async def seal(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap)
         sweeper = Sweeper(bootstrap, app.consumer)
-        source: AsyncIterator[Sequence[Delivery]] = (
-            cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
-            if feed is None
-            else fed_batches(stream, feed, batch_size)
-        )
         try:
-            async for batch in source:
+            async for batch in agent_batches(stream, feed, batch_size, within):
                 acted = await in_order(
                     batch,
                     guard,

@@ -44,7 +44,7 @@ import asyncio
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -80,7 +80,7 @@ from sinks.clickhouse import (
     SequencedEvent,
 )
 from streams import faults
-from streams.app import Topics, direct_feed, fed_batches
+from streams.app import Topics, agent_batches, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
 from streams.past import history_rows, read_past
@@ -834,12 +834,7 @@ def register(
         flushers[:] = [flusher]
         settling = asyncio.ensure_future(settle_when_quiet(flusher))
         try:
-            source: AsyncIterator[Sequence[Delivery]] = (
-                cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
-                if feed is None
-                else fed_batches(stream, feed, batch_size)
-            )
-            async for batch in source:
+            async for batch in agent_batches(stream, feed, batch_size, within):
                 if keys is not None and isinstance(raw_only, SealingCodec):
                     raws = [item.message.value for item in batch]
                     await retry_in_place(

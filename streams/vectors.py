@@ -34,11 +34,11 @@ import math
 import operator
 import struct
 from base64 import b64decode, b64encode
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from uuid import uuid5
 
 import fastavro
@@ -63,7 +63,7 @@ from schemas.sealed import SealingCodec, sealed_kind
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
 from streams import faults
-from streams.app import DirectFeed, direct_feed, fed_batches
+from streams.app import agent_batches, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import InOrder, in_order
 from streams.retry import retry_in_place
@@ -571,13 +571,6 @@ def register_vectors(
     embed_feed = direct_feed(app, topic_name) if direct else None
     project_feed = direct_feed(app, topic_name) if direct else None
 
-    def batches(
-        stream: faust.StreamT[bytes], feed: DirectFeed | None
-    ) -> AsyncIterator[Sequence[Any]]:
-        if feed is None:
-            return cast(faust.Stream[bytes], stream).take_events(batch_size, within=within)
-        return fed_batches(stream, feed, batch_size, within)
-
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
 
@@ -619,7 +612,7 @@ def register_vectors(
             faults.reached("embed.published")
 
         try:
-            async for batch in batches(stream, embed_feed):
+            async for batch in agent_batches(stream, embed_feed, batch_size, within, gather=True):
                 await in_order(batch, embedding, embed_created)
         finally:
             await writer.stop()
@@ -647,7 +640,7 @@ def register_vectors(
 
     @app.agent(memory_topic, name="engram.vectors")
     async def project(stream: faust.StreamT[bytes]) -> None:
-        async for batch in batches(stream, project_feed):
+        async for batch in agent_batches(stream, project_feed, batch_size, within, gather=True):
             await in_order(batch, guard, apply)
 
     _ = (embed, project)
