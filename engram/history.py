@@ -89,38 +89,37 @@ def run_sql(
 
 _AS_OF = "agent_id = {a:String} AND occurred_at <= {t:DateTime64(3, 'UTC')}"
 
-_ITEMS = """
-SELECT kind, item, if(live, made_as.1, '') AS created, made_as.2 AS owner,
-       made_as.3 AS created_change_at, strength, last_reinforced, last_review, reinforcements,
-       lapses, invalidated, bitTest(flags, 2) AS promoted, ended_at, made_as.4 AS anchor, live,
-       doc
-FROM (
-    SELECT
-        multiIf(type IN ('fact.set', 'skill.updated', 'persona.versioned'), type, '') AS kind,
-        item,
-        argMaxIf((body, user_id, occurred_at, anchor), at_key, type = 'memory.created')
-            AS made_as,
-        argMaxIf(strength, at_key,
-                 type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
-        maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
-        maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
-        uniqExactIf(at_key, type = 'memory.reinforced') AS reinforcements,
-        uniqExactIf(at_key, type = 'memory.weakened') AS lapses,
-        max(invalidated) AS invalidated,
-        groupBitOr(multiIf(type = 'memory.created', 1, type = 'memory.forgotten', 2,
-                           type = 'memory.promoted', 4, 0)) AS flags,
-        bitAnd(flags, 3) = 1 AS live,
-        max(episode_end) AS ended_at,
-        argMaxIf((seq, idx, session_id, user_id, body, source_event_id), (at_key, body),
-                 type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned'))
-            AS doc
-    FROM changes
-    WHERE type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned')
-        OR (memory_id != '' AND type IN ('memory.created', 'memory.reinforced',
-                                         'memory.weakened', 'memory.promoted', 'memory.forgotten'))
-    GROUP BY kind, item
-)
-WHERE kind != '' OR live OR ended_at != ''"""
+_AT_KEY = "bitShiftLeft(seq, 16) + idx"
+"""A change's place in the agent's log, as ``(seq, idx)`` orders it, in one number."""
+
+_ITEMS = f"""
+WITH
+    argMaxIf((body, user_id, occurred_at, anchor), {_AT_KEY}, type = 'memory.created')
+        AS made_as,
+    groupBitOr(multiIf(type = 'memory.created', 1, type = 'memory.forgotten', 2,
+                       type = 'memory.promoted', 4, 0)) AS flags,
+    bitAnd(flags, 3) = 1 AS live
+SELECT
+    multiIf(type IN ('fact.set', 'skill.updated', 'persona.versioned'), type, '') AS kind,
+    item, if(live, made_as.1, '') AS created, made_as.2 AS owner,
+    made_as.3 AS created_change_at,
+    argMaxIf(strength, {_AT_KEY},
+             type IN ('memory.created', 'memory.reinforced', 'memory.weakened')) AS strength,
+    maxIf(occurred_at, type = 'memory.reinforced') AS last_reinforced,
+    maxIf(occurred_at, type IN ('memory.reinforced', 'memory.weakened')) AS last_review,
+    uniqExactIf({_AT_KEY}, type = 'memory.reinforced') AS reinforcements,
+    uniqExactIf({_AT_KEY}, type = 'memory.weakened') AS lapses,
+    max(invalidated) AS invalidated, bitTest(flags, 2) AS promoted,
+    max(episode_end) AS ended_at, made_as.4 AS anchored_by, live,
+    argMaxIf((seq, idx, session_id, user_id, body, source_event_id), ({_AT_KEY}, body),
+             type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned')) AS doc
+FROM memory_changes
+WHERE {_AS_OF}
+    AND (type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned')
+         OR (memory_id != '' AND type IN ('memory.created', 'memory.reinforced', 'memory.weakened',
+                                          'memory.promoted', 'memory.forgotten')))
+GROUP BY kind, item
+HAVING kind != '' OR live OR ended_at != ''"""
 """In one pass, grouped by what a change is about (``item``; :func:`_items` reads the
 rows):
 
@@ -135,11 +134,15 @@ rows):
   in force at T, each as its ``doc``.
 
 ``doc`` is the latest such record (of equal keys, a rewrite before its old row went,
-the greatest body); ``at_key`` orders the changes as ``(seq, idx)`` does. ``item``,
-``strength``, ``invalidated``, ``episode_end`` and ``anchor`` are columns ClickHouse
-computed from each body when the row was written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
+the greatest body); :data:`_AT_KEY` orders the changes as ``(seq, idx)`` does.
+``item``, ``strength``, ``invalidated``, ``episode_end`` and ``anchor`` are columns
+ClickHouse computed from each body when the row was written
+(:data:`sinks.clickhouse.READ_COLUMNS`). One ``GROUP BY`` straight over the table, its
+filter in ``HAVING``: a subquery around it (or a CTE under it) costs the engine more to
+plan and run. (The anchor comes back as ``anchored_by``: an alias ``anchor`` would stand
+for the column that ``made_as`` reads, a cycle.)"""
 
-_WORKING = """
+_WORKING = f"""
 SELECT seq, idx, session_id, occurred_at, body, blank,
        at_key > greatest(own_reset, expired_at) AS after_reset
 FROM (
@@ -150,10 +153,10 @@ FROM (
     FROM (
         SELECT
             seq, idx, session_id, occurred_at, body, blank, cleared,
-            at_key, session_id IS NOT NULL AS own,
+            {_AT_KEY} AS at_key, session_id IS NOT NULL AS own,
             arrayJoin(if(own, [assumeNotNull(session_id)], expired)) AS sid
-        FROM changes
-        WHERE type = 'working.updated'
+        FROM memory_changes
+        WHERE {_AS_OF} AND type = 'working.updated'
     )
 )
 WHERE own AND (at_key > greatest(own_reset, expired_at)
@@ -167,36 +170,30 @@ session that such an event opened afresh). ``cleared``, ``blank`` and ``expired`
 (the sessions an idle expiry cleared) are computed from each body when the row was
 written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
 
+_POSITION = f"""
+SELECT tuple(uniqExact(seq), max(seq), argMax(occurred_at, seq),
+             groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
+    AS position
+FROM events
+WHERE {_AS_OF}"""
+"""How many archived events occurred by T, the last one's sequence and time, and the
+sequence and type of those that were a ``session.started`` or a ``working.set``."""
+
 SNAPSHOT_SQL = f"""
-WITH
-    changes AS (
-        SELECT bitShiftLeft(seq, 16) + idx AS at_key, seq, idx, type, session_id, user_id,
-               occurred_at, memory_id, body, source_event_id, item, strength, invalidated,
-               episode_end, anchor, cleared, blank, expired
-        FROM memory_changes
-        WHERE {_AS_OF}
-    ),
-    raw AS (
-        SELECT seq, type, occurred_at FROM events WHERE {_AS_OF}
-    )
 SELECT position, items, working
-FROM (SELECT tuple(uniqExact(seq), max(seq), argMax(occurred_at, seq),
-                   groupArrayIf(tuple(seq, type), type IN ('session.started', 'working.set')))
-          AS position
-      FROM raw) AS p
+FROM ({_POSITION}) AS p
 CROSS JOIN (SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})) AS i
 CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w"""
 """The second road in one round trip: three parts over one agent's changes and
-archived events that occurred by T (``changes``, ``raw``) come back as the columns of
-one row. Each part is a one-row subquery of a cross join, not a scalar subquery: the
-engine runs scalar subqueries one after another while it plans the query, the joined
-ones in one pipeline. (Not ``AS MATERIALIZED``: chdb 26.9 loses rows when a
-materialised CTE has this many readers. No ``SETTINGS`` either: the read-only endpoint
-of ``engram up`` refuses a query that changes one.)
+archived events that occurred by T come back as the columns of one row. Each part is
+a one-row subquery of a cross join, not a scalar subquery: the engine runs scalar
+subqueries one after another while it plans the query, the joined ones in one
+pipeline. Each part reads its table itself: a CTE of the agent's changes shared by two
+parts cost more to plan and run than the two reads (and ``AS MATERIALIZED`` is out:
+chdb 26.9 loses rows when a materialised CTE has this many readers). No ``SETTINGS``
+either: the read-only endpoint of ``engram up`` refuses a query that changes one.
 
-* ``position``: how many archived events occurred by T, the last one's sequence and
-  time, and the sequence and type of those that were a ``session.started`` or a
-  ``working.set``;
+* ``position``: :data:`_POSITION`;
 * ``items``: :data:`_ITEMS` (memories, episodes, facts, skills, persona);
   ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
   sorted here).
@@ -206,7 +203,7 @@ time of the event that made them, so for a log whose event times never go back t
 are exactly the changes of the log's prefix up to T: what the fold of that prefix (the
 first road, :func:`engram.snapshot.take_snapshot`) holds.
 
-The query's cost on chdb is mostly planning (about 20 ms for these parts) and
+The query's cost on chdb is mostly planning (about 15 ms for these parts) and
 aggregating the agent's whole history: memories and the latest records were two parts
 (a group by memory and a ranking window), now one group, which took a fifth less.
 
