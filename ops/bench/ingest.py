@@ -3,7 +3,10 @@ stack, timed until ClickHouse holds all of them and their memory changes.
 
 Beside it, in the same run and on the same topic, the references: the raw
 aiokafka consume rate (the physical floor of reading the log) and the codec's
-decode rate. Run: ``python -m ops.bench.ingest --events 100000``.
+decode rate. Run: ``python -m ops.bench.ingest --events 100000``. After that figure,
+``embedded_s``: until every memory the events made has its embedding (the vectors'
+side, which the end-to-end time does not include), with the CPU each process used
+until then.
 
 Sealing (issue 7): each mode runs on a fresh stack, one after the other in the same run.
 ``sealed`` publishes clear events to ``engram.ingest`` as a client without a master
@@ -37,6 +40,7 @@ from ops.bench.common import (
     machine,
     peak_rss_mib,
     start_stack,
+    wait_embedded,
 )
 from schemas import Codec, InteractionBody, InteractionRecorded
 from schemas.sealed import SealingCodec, subject_of
@@ -189,6 +193,12 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         elapsed = done - started
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
         load = os.getloadavg()[0]  # beside the figures: the machine is shared
+        # the vectors' side, which end_to_end_s does not wait for: until every memory
+        # made has its embedding (the topic is read once a second meanwhile)
+        embedded = elapsed + wait_embedded(bootstrap, timeout)
+        cpu_embedded = {
+            name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()
+        }
         final = stack.count("SELECT count() FROM events FINAL")
         rss = peak_rss_mib(stack.up["pid"])
         embedders = children(stack.up["pid"], "sinks.embed_process")
@@ -208,6 +218,11 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         "ratio_to_raw_consume": round((n / elapsed) / (n / consume_s), 4),
         "decode_per_s": round(decode_rate(payloads)),
         "cpu_us_per_event": {name: round(seconds / n * 1e6, 1) for name, seconds in cpu.items()},
+        "embedded_s": round(embedded, 2),
+        "embedded_per_s": round(n / embedded),
+        "cpu_us_per_event_until_embedded": {
+            name: round(seconds / n * 1e6, 1) for name, seconds in cpu_embedded.items()
+        },
         "load_average_1m": round(load, 2),
         "worker_peak_rss_mib": round(rss),
         "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
