@@ -255,10 +255,13 @@ def _doubles(data: bytes, at: int) -> tuple[list[float], int]:
 
 def write_long(n: int) -> bytes:
     """Avro's zigzag varint of the long ``n``; OverflowError unless -2**63 <= n < 2**63
-    (as fastavro: no bytes for a number that is not a long)."""
+    (as fastavro: no bytes for a number that is not a long). Seven bits a byte, low
+    first, the top bit set on all but the last; one or two bytes from tables."""
     z = (n << 1) ^ (n >> 63)
     if z < 0x80:
         return _SMALL[z]
+    if z < 0x4000:
+        return _TWO[2 * z : 2 * z + 2]
     if z >> 64:  # out of range: (n << 1) keeps its top bit above what (n >> 63) holds
         raise OverflowError(f"{n} is outside an Avro long")
     out = bytearray()
@@ -270,6 +273,7 @@ def write_long(n: int) -> bytes:
 
 
 _SMALL = [bytes((z,)) for z in range(0x80)]
+_TWO = b"".join(bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x4000))
 
 
 def write_bytes(b: bytes) -> bytes:
@@ -419,6 +423,8 @@ def _optional(inner: Write) -> Write:
 
 def _array(item: Write) -> Write:
     """One block (its count, then the items) and the count 0; an empty array is 0."""
+    if item is _string:
+        return _strings
 
     def write(value: Any, out: list[bytes]) -> None:
         if len(value):
@@ -447,8 +453,21 @@ def _map(write_value: Write) -> Write:
 def _string(value: Any, out: list[bytes]) -> None:
     """UTF-8, strict: a lone surrogate raises UnicodeEncodeError, as in fastavro."""
     data = value.encode()
-    out.append(write_long(len(data)))
+    size = len(data)
+    out.append(_SMALL[size + size] if size < 64 else write_long(size))
     out.append(data)
+
+
+def _strings(value: Any, out: list[bytes]) -> None:
+    """``_array(_string)``, its items written in its loop (lists of ids are long)."""
+    if len(value):
+        out.append(write_long(len(value)))
+        for text in value:
+            data = text.encode()
+            size = len(data)
+            out.append(_SMALL[size + size] if size < 64 else write_long(size))
+            out.append(data)
+    out.append(_END)
 
 
 def _uuid(value: Any, out: list[bytes]) -> None:
@@ -473,13 +492,25 @@ def _boolean(value: Any, out: list[bytes]) -> None:
 
 
 def _timestamp_millis(value: Any, out: list[bytes]) -> None:
-    """As fastavro: whole seconds since the epoch, then the milliseconds truncated."""
-    if value.tzinfo is None:  # naive, or a date: fastavro's other roads
-        raise TypeError(f"not an aware datetime: {value!r}")
-    delta = value - _EPOCH
-    out.append(
-        write_long((delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000)
-    )
+    """As fastavro: whole seconds since the epoch, then the milliseconds truncated.
+    The bytes of the last UTC datetimes are kept (~1 µs to write, ~0.1 µs to find):
+    a source event's time recurs in each change it makes and in its turn."""
+    data = _MILLIS.get(value) if value.tzinfo is UTC else None
+    if data is None:
+        if value.tzinfo is None:  # naive, or a date: fastavro's other roads
+            raise TypeError(f"not an aware datetime: {value!r}")
+        delta = value - _EPOCH
+        data = write_long((delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000)
+        if value.tzinfo is UTC:
+            if len(_MILLIS) >= _MILLIS_KEPT:
+                _MILLIS.clear()
+            _MILLIS[value] = data
+    out.append(data)
+
+
+_MILLIS: dict[datetime, bytes] = {}
+"""Only UTC datetimes: equal ones in a zone with folds may be different instants."""
+_MILLIS_KEPT = 1024
 
 
 def _long(data: bytes, at: int) -> tuple[int, int]:

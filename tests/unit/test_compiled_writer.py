@@ -210,3 +210,12 @@ def test_what_it_does_not_cover_has_no_writer(model: type[BaseModel], schema: An
     """A serializer, a union other than Optional, fields that are not the model's, a
     schema that does not match the annotation: no compiled writer (fastavro's road)."""
     assert compile_writer(model, schema) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    n=st.integers(*INT64)
+    | st.sampled_from([0, -1, 63, -64, 64, -65, 8191, 8192, -8193, 2**20, 2**27, -(2**41)])
+)
+def test_write_long_is_fastavros(n: int) -> None:
+    assert write_long(n) == _fastavro("long", n)
