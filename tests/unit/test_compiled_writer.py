@@ -1,0 +1,221 @@
+"""The compiled Avro writer (``schemas.avro.compile_writer``) writes byte for byte what
+fastavro writes for ``event.model_dump()``, for every event type, and falls back to
+fastavro for whatever it does not cover."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import AwareDatetime, BaseModel, field_serializer
+
+import schemas
+from schemas import Codec, Event, Turn, WorkingBody, WorkingUpdated
+from schemas.avro import compile_writer, write_long
+from tests.unit.test_schemas_roundtrip import TYPES, aware_datetimes, model_strategy
+
+CODEC = Codec()
+SAME = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def test_every_type_has_a_compiled_writer() -> None:
+    """None of today's types falls back to fastavro for want of a writer."""
+    missing = [t.TYPE for t in schemas.ALL_TYPES if CODEC.avro[t.TYPE].write is None]
+    assert not missing
+
+
+@TYPES
+@SAME
+@given(data=st.data())
+def test_compiled_bytes_are_fastavros(event_type: type[Event], data: st.DataObject) -> None:
+    event = data.draw(model_strategy(event_type))
+    avro = CODEC.avro[event_type.TYPE]
+    expected = avro.encode_fastavro(event)
+    assert avro.encode_compiled(event) == expected
+    assert CODEC.encode(event) == expected
+
+
+def _working(**body: Any) -> WorkingUpdated:
+    return WorkingUpdated(
+        event_id=UUID(int=1),
+        agent_id="agent-记忆",
+        session_id="s-🧠",
+        occurred_at=datetime(1969, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC),
+        source_event_id=UUID(int=2**128 - 1),
+        seq=INT64[1],
+        idx=0,
+        config_version="",
+        body=WorkingBody(size=0, tokens=INT64[1], **body),
+    )
+
+
+TURN = Turn(
+    event_id="e",
+    role="user",
+    content="用户喜欢喝绿茶 🍵",
+    occurred_at=datetime(1, 1, 1, tzinfo=UTC),
+    tokens=INT64[1],
+    offloaded=True,
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"added": [TURN], "prepended": [TURN, TURN], "evicted": INT64[1]},
+        {"variables": {"": "", "键": "值 🧠", "k": "v" * 300}, "task": "", "scratchpad": "x"},
+        {"expired": ["a", "会话"], "cleared": True},
+    ],
+)
+def test_working_updated_at_the_edges(body: dict[str, Any]) -> None:
+    """Empty and multi-item arrays and maps, a named record met twice, the largest
+    longs, a timestamp just before the epoch and one in year 1."""
+    event = _working(**body)
+    avro = CODEC.avro[WorkingUpdated.TYPE]
+    assert avro.encode_compiled(event) == avro.encode_fastavro(event)
+
+
+class Stamps(BaseModel):
+    at: AwareDatetime
+    maybe: AwareDatetime | None = None
+    many: list[AwareDatetime] = []
+    number: int = 0
+
+
+MILLIS = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def record(name: str, **fields: Any) -> dict[str, Any]:
+    """An Avro record schema of ``fields`` (name: type)."""
+    return {
+        "type": "record",
+        "name": name,
+        "fields": [{"name": n, "type": t} for n, t in fields.items()],
+    }
+
+
+STAMPS = record(
+    "t.Stamps",
+    at=MILLIS,
+    maybe=["null", MILLIS],
+    many={"type": "array", "items": MILLIS},
+    number="long",
+)
+WRITE_STAMPS = compile_writer(Stamps, STAMPS)
+
+
+@SAME
+@given(
+    at=aware_datetimes,
+    maybe=st.none() | aware_datetimes,
+    many=st.lists(aware_datetimes, max_size=3),
+    number=st.integers(*INT64),
+)
+def test_timestamps_in_any_zone(
+    at: datetime, maybe: datetime | None, many: list[datetime], number: int
+) -> None:
+    """Unlike the events' (UTC, whole milliseconds), these keep their zone and their
+    microseconds: the millisecond is truncated as fastavro does, either side of the
+    epoch."""
+    stamps = Stamps(at=at, maybe=maybe, many=many, number=number)
+    assert WRITE_STAMPS is not None
+    out: list[bytes] = []
+    WRITE_STAMPS(stamps, out)
+    assert b"".join(out) == _fastavro(STAMPS, stamps.model_dump())
+
+
+def test_a_longer_long_is_refused() -> None:
+    for n in INT64:
+        assert write_long(n) == _fastavro("long", n)
+    for n in (INT64[0] - 1, INT64[1] + 1, 2**64, -(2**70)):
+        with pytest.raises(OverflowError):
+            write_long(n)
+
+
+def _fastavro(schema: Any, datum: Any) -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(schema), datum)
+    return buffer.getvalue()
+
+
+# -- the roads back to fastavro ---------------------------------------------------
+
+
+def test_a_lone_surrogate_raises_as_before() -> None:
+    event = _working(task="a\udc0fb")
+    with pytest.raises(UnicodeEncodeError):
+        CODEC.avro[WorkingUpdated.TYPE].encode_compiled(event)
+    with pytest.raises(UnicodeEncodeError):
+        CODEC.avro[WorkingUpdated.TYPE].encode(event)
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"seq": 2**63},  # out of range: fastavro refuses it too
+        {"body": {"size": 0, "tokens": 0}},  # a dict for a record: fastavro writes it
+        {"occurred_at": datetime(2024, 1, 1)},  # naive: fastavro's local-time road
+        {"session_id": 7},
+    ],
+)
+def test_unexpected_values_take_fastavros_road(changes: dict[str, Any]) -> None:
+    """Values validation would not give (``model_copy`` skips it): the compiled
+    writer raises, ``encode`` then gives whatever fastavro gives."""
+    event = _working().model_copy(update=changes)
+    avro = CODEC.avro[WorkingUpdated.TYPE]
+    with pytest.raises((TypeError, AttributeError, OverflowError)):
+        avro.encode_compiled(event)
+    try:
+        expected: bytes | type[Exception] = avro.encode_fastavro(event)
+    except Exception as error:
+        expected = type(error)
+    if isinstance(expected, bytes):
+        assert avro.encode(event) == expected
+    else:
+        with pytest.raises(expected):
+            avro.encode(event)
+
+
+class Dumped(BaseModel):
+    text: str
+
+    @field_serializer("text")
+    def _upper(self, text: str) -> str:
+        return text.upper()
+
+
+class Odd(BaseModel):
+    number: int | str
+
+
+@pytest.mark.parametrize(
+    ("model", "schema"),
+    [
+        (Dumped, record("t.Dumped", text="string")),
+        (Odd, record("t.Odd", number=["long", "string"])),
+        (Odd, record("t.Odd", other="long")),
+        (Stamps, record("t.Stamps", at="long", maybe=["null", MILLIS], many=MILLIS, number="long")),
+    ],
+)
+def test_what_it_does_not_cover_has_no_writer(model: type[BaseModel], schema: Any) -> None:
+    """A serializer, a union other than Optional, fields that are not the model's, a
+    schema that does not match the annotation: no compiled writer (fastavro's road)."""
+    assert compile_writer(model, schema) is None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    n=st.integers(*INT64)
+    | st.sampled_from([0, -1, 63, -64, 64, -65, 8191, 8192, -8193, 2**20, 2**27, -(2**41)])
+)
+def test_write_long_is_fastavros(n: int) -> None:
+    assert write_long(n) == _fastavro("long", n)
