@@ -501,13 +501,19 @@ def _timestamp_millis(value: Any, out: list[bytes]) -> None:
     if data is None:
         if value.tzinfo is None:  # naive, or a date: fastavro's other roads
             raise TypeError(f"not an aware datetime: {value!r}")
-        delta = value - _EPOCH
-        data = write_long((delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000)
+        data = write_long(epoch_millis(value))
         if value.tzinfo is UTC:
             if len(_MILLIS) >= _MILLIS_KEPT:
                 _MILLIS.clear()
             _MILLIS[value] = data
     out.append(data)
+
+
+def epoch_millis(at: datetime) -> int:
+    """The Avro ``timestamp-millis`` of the aware ``at``, as fastavro computes it: whole
+    seconds since the epoch, then the milliseconds truncated (not rounded)."""
+    delta = at - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 _MILLIS: dict[datetime, bytes] = {}

@@ -28,12 +28,11 @@ from typing import Any, Literal
 
 import fastavro
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas.avro import MAGIC, fingerprint, read_single_object, write_single_object
 from schemas.codec import Codec
 from schemas.errors import BadEvent
-from schemas.sealed import Keyring, is_sealed, new_nonce
+from schemas.sealed import Keyring, aead, is_sealed, new_nonce
 
 SEALED_LETTER_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -115,7 +114,7 @@ def seal_letter(keyring: Keyring, raw: bytes, subject: str) -> bytes:
         "subject": subject,
         "key_id": key_id,
         "nonce": nonce,
-        "ciphertext": AESGCM(key).encrypt(nonce, raw, _aad(subject, key_id)),
+        "ciphertext": aead(key).encrypt(nonce, raw, _aad(subject, key_id)),
     }
     return write_single_object(SEALED_LETTER_HEADER, _PARSED, record)
 
@@ -153,7 +152,7 @@ def open_letter(keyring: Keyring | None, value: bytes) -> Letter:
         gone = keyring is not None and keyring.destroyed(subject, key_id)
         return Letter("erased" if gone else "unknown key", None, subject)
     try:
-        raw = AESGCM(key).decrypt(record["nonce"], record["ciphertext"], _aad(subject, key_id))
+        raw = aead(key).decrypt(record["nonce"], record["ciphertext"], _aad(subject, key_id))
     except (InvalidTag, ValueError):
         raise BadEvent("sealed dead letter does not authenticate", value) from None
     return Letter("open", raw, subject)

@@ -30,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas.avro import (
     MAGIC,
+    epoch_millis,
     fingerprint,
     read_single_object,
     write_bytes,
@@ -363,7 +364,6 @@ class Sealer:
         return record
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NULL, _SOME = b"\x00", b"\x02"  # the branches of ["null", T]
 _TEXTS = ("event_id", "type", "agent_id", "subject", "key_id")
 _OPTIONAL_TEXTS = ("session_id", "user_id")
@@ -405,8 +405,6 @@ def _write_sealed(
 ) -> bytes:
     """:func:`write_sealed` of values already known to be of the schema's types
     (strings ``str``, ``at`` aware): what :meth:`Sealer.seal` has from a valid event."""
-    delta = at - _EPOCH  # as fastavro: whole seconds, then the milliseconds truncated
-    millis = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
     return b"".join(
         (
             SEALED_HEADER,
@@ -415,7 +413,7 @@ def _write_sealed(
             write_bytes(agent_id.encode()),
             _NULL if session is None else _SOME + write_bytes(session.encode()),
             _NULL if user is None else _SOME + write_bytes(user.encode()),
-            write_long(millis),
+            write_long(epoch_millis(at)),
             _NULL if seq is None else _SOME + write_long(seq),
             _NULL if idx is None else _SOME + write_long(idx),
             write_bytes(subject.encode()),
