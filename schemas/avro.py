@@ -136,15 +136,12 @@ class AvroType:
         writer's (:func:`compile_writer`), or fastavro's for a type it does not cover
         or a value it does not expect, which fastavro then writes or refuses as before
         (a lone surrogate: UnicodeEncodeError)."""
-        write = self.write
-        if write is None:
+        if self.write is None:
             return self.encode_fastavro(event)
-        out = [self.header]
         try:
-            write(event, out)
+            return self.encode_compiled(event)
         except Exception:  # not what validation gives: fastavro's road says what it is
             return self.encode_fastavro(event)
-        return b"".join(out)
 
     def encode_compiled(self, event: Event) -> bytes:
         """The compiled writer's bytes of ``event``, with no fallback (for tests):
