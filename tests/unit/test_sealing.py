@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import schemas
 from schemas import BadEvent, Codec, Event, InteractionRecorded
-from schemas.avro import AVSC_DIR, MAGIC, fingerprint
+from schemas.avro import AVSC_DIR, MAGIC, epoch_millis, fingerprint
 from schemas.sealed import (
     RECENT,
     SEALED_HEADER,
@@ -30,6 +30,9 @@ from schemas.sealed import (
     Sealer,
     Shredded,
     UnknownKey,
+    _sealed_fields,
+    _sealed_key,
+    _sealed_type,
     is_sealed,
     subject_of,
     write_sealed,
@@ -348,3 +351,94 @@ def test_the_sealed_envelope_is_written_as_fastavro_writes_it(record: dict[str, 
     expected.write(SEALED_HEADER)
     fastavro.schemaless_writer(expected, parsed, record)
     assert write_sealed(record) == expected.getvalue()
+
+
+# -- opening by hand: the envelope read without fastavro, the same outcome ---------
+
+
+class FastavroRoad(Sealer):
+    """A sealer that always opens by fastavro's road (the reference)."""
+
+    def _open_read_by_hand(self, raw: bytes) -> Event | None:
+        return None
+
+
+def outcome(sealer: Sealer, raw: bytes) -> Any:
+    """The event ``raw`` opens to, or the type and message of what opening raised."""
+    try:
+        return sealer.open(raw)
+    except (BadEvent, UnknownKey, Shredded) as error:
+        return type(error), str(error)
+
+
+def variants(raw: bytes, data: st.DataObject) -> list[bytes]:
+    """``raw`` and broken copies of it: a byte flipped anywhere, cut short, lengthened."""
+    at = data.draw(st.integers(min_value=10, max_value=len(raw) - 1))
+    bit = data.draw(st.integers(min_value=0, max_value=7))
+    flipped = bytearray(raw)
+    flipped[at] ^= 1 << bit
+    cut = data.draw(st.integers(min_value=10, max_value=len(raw) - 1))
+    return [raw, bytes(flipped), raw[:cut], raw + data.draw(st.binary(min_size=1, max_size=3))]
+
+
+@SEALING
+@given(data=st.data(), kind=st.sampled_from(schemas.ALL_TYPES))
+def test_opening_by_hand_gives_what_fastavros_road_gives(
+    data: st.DataObject, kind: type[Event]
+) -> None:
+    event = data.draw(model_strategy(kind))
+    keys = book(subject_of(event))
+    raw = Sealer(Codec(), keys).seal(event)
+    small = data.draw(st.sampled_from([schemas.DEFAULT_MAX_BYTES, 64]))  # a limit too
+    for bytes_ in variants(raw, data):
+        by_hand = Sealer(Codec(max_bytes=small), keys, remember=False)
+        reference = FastavroRoad(Codec(max_bytes=small), keys, remember=False)
+        assert outcome(by_hand, bytes_) == outcome(reference, bytes_)
+    assert Sealer(Codec(), keys, remember=False).open(raw) == event
+
+
+def test_an_envelope_fastavro_reads_but_the_hand_does_not_still_opens() -> None:
+    # an event id in another spelling of the same UUID: fastavro's road reads it as that
+    # UUID (and authenticates the canonical text); the hand reads only the canonical text
+    keys = book("mei")
+    sealer = Sealer(Codec(), keys, remember=False)
+    event = said(i=0xABCDEF)
+    raw = sealer.seal(event)
+    upper = rewrite(raw, event_id=str(event.event_id).upper())
+    assert upper != raw and sealer._open_read_by_hand(upper) is None
+    assert sealer.open(upper) == event == FastavroRoad(Codec(), keys).open(upper)
+    union = rewrite(raw, session_id=None)  # a union branch that does not match the event
+    assert outcome(sealer, union) == outcome(FastavroRoad(Codec(), keys), union)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(SEALED_RECORDS)
+def test_the_hand_reads_every_envelope_field_as_fastavro_does(record: dict[str, Any]) -> None:
+    raw = write_sealed(record)
+    fields = _sealed_fields(raw)
+    assert fields is not None
+    plain = {  # the schema without its logical types: the values as written
+        **SEALED_SCHEMA,
+        "fields": [
+            {**f, "type": f["type"]["type"]} if isinstance(f["type"], dict) else f
+            for f in SEALED_SCHEMA["fields"]
+        ],
+    }
+    read = fastavro.schemaless_reader(io.BytesIO(raw[10:]), fastavro.parse_schema(plain))
+    assert isinstance(read, dict)
+    assert list(fields) == [read[f["name"]] for f in SEALED_SCHEMA["fields"]]
+    assert fields[5] == epoch_millis(record["occurred_at"])
+    assert _sealed_key(raw) == (record["subject"], record["key_id"])
+    assert _sealed_type(raw) == record["type"]
+    assert _sealed_fields(raw[:-1]) is None and _sealed_fields(raw + b"\x00") is None
+
+
+def test_a_sealer_that_does_not_remember_hands_nothing_off() -> None:
+    keys = book("mei")
+    codec = Codec()
+    event = codec.decode(codec.encode(said()))
+    RECENT.clear()
+    forgetful = Sealer(codec, keys, remember=False)
+    raw = forgetful.seal(event, codec.encode(event))
+    assert forgetful.open(raw) == event and len(RECENT) == 0
+    assert Sealer(codec, keys).open(raw) == event and RECENT.get(raw) is not None
