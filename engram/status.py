@@ -16,7 +16,7 @@ others that left receipts in the history's ``erasures`` table, summed over agent
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -42,6 +42,9 @@ class PartitionLag(BaseModel):
     committed: int | None
     end: int
     lag: int
+    group: str | None = None
+    """The group whose commits these are, when not the status's own (the ingest
+    hop's, when it runs in a process of its own)."""
 
 
 class DeadLetters(BaseModel):
@@ -118,33 +121,51 @@ async def partition_bounds(
     return partitions, starts, ends
 
 
-async def consumer_lag(bootstrap: str, group: str, topics: Sequence[str]) -> list[PartitionLag]:
-    """Per partition of ``topics``: the group's committed offset, the end, the lag.
+async def consumer_lag(
+    bootstrap: str,
+    group: str,
+    topics: Sequence[str],
+    topic_groups: Mapping[str, str] | None = None,
+) -> list[PartitionLag]:
+    """Per partition of ``topics``: the group's committed offset, the end, the lag
+    (``topic_groups``: topics another group reads, with that group's commits).
 
     :func:`partition_bounds` learns the partitions and their ends; a consumer of the
     group, assigned the partitions, reads the commits without joining (the worker is
     not rebalanced)."""
     partitions, starts, ends = await partition_bounds(bootstrap, topics)
+    others = topic_groups or {}
+    committed: dict[TopicPartition, int | None] = {}
+    for reader in sorted({group, *others.values()}):
+        mine = [tp for tp in partitions if others.get(tp.topic, group) == reader]
+        committed.update(await _committed(bootstrap, reader, mine))
+    out = []
+    for tp in partitions:
+        offset = committed[tp]
+        out.append(
+            PartitionLag(
+                topic=tp.topic,
+                partition=tp.partition,
+                committed=offset,
+                end=ends[tp],
+                lag=max(ends[tp] - (starts[tp] if offset is None else offset), 0),
+                group=others.get(tp.topic),
+            )
+        )
+    return out
+
+
+async def _committed(
+    bootstrap: str, group: str, partitions: Sequence[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    """``group``'s committed offset of each of ``partitions`` (None: none yet)."""
     if not partitions:
-        return []
+        return {}
     member = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     await member.start()
     try:
-        member.assign(partitions)
-        out = []
-        for tp in partitions:
-            offset = await member.committed(tp)
-            lag = ends[tp] - (offset if offset is not None else starts[tp])
-            out.append(
-                PartitionLag(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    committed=offset,
-                    end=ends[tp],
-                    lag=max(lag, 0),
-                )
-            )
-        return out
+        member.assign(list(partitions))
+        return {tp: await member.committed(tp) for tp in partitions}
     finally:
         await member.stop()
 
@@ -283,9 +304,11 @@ async def gather_status(
     dead_letter_topic: str,
     projections: Projections,
     receipts: Sequence[ErasureReceipt] = (),
+    topic_groups: Mapping[str, str] | None = None,
 ) -> Status:
-    """The status; pending erasures are looked for on ``topics[0]`` (the raw log)."""
-    lag = await consumer_lag(bootstrap, group, topics)
+    """The status; pending erasures are looked for on ``topics[0]`` (the raw log);
+    ``topic_groups``: see :func:`consumer_lag`."""
+    lag = await consumer_lag(bootstrap, group, topics, topic_groups)
     pending = await pending_erasures(bootstrap, topics[0], lag, Codec()) if topics else []
     return Status(
         group=group,
@@ -304,7 +327,8 @@ def render(console: Console, status: Status) -> None:
         table.add_column(column, justify="left" if column == "topic" else "right")
     for p in status.lag:
         committed = "-" if p.committed is None else str(p.committed)
-        table.add_row(p.topic, str(p.partition), committed, str(p.end), str(p.lag))
+        topic = p.topic if p.group is None else f"{p.topic} ({p.group})"
+        table.add_row(topic, str(p.partition), committed, str(p.end), str(p.lag))
     console.print(table)
     dead = status.dead_letters
     line = f"dead letters ({dead.topic}): {dead.count}"
@@ -347,9 +371,10 @@ def status_router(
     dead_letter_topic: str,
     projections: Callable[[], Projections],
     erasures: Callable[[], Sequence[ErasureReceipt]] | None = None,
+    topic_groups: Mapping[str, str] | None = None,
 ) -> APIRouter:
     """``GET /v1/status``; ``projections`` reads the live versions and ``erasures``
-    the erasure receipts (both may block)."""
+    the erasure receipts (both may block); ``topic_groups``: see :func:`consumer_lag`."""
     router = APIRouter(tags=["operations"])
 
     @router.get("/v1/status", response_model=Status, summary="Lag, dead letters, projections")
@@ -364,6 +389,7 @@ def status_router(
             dead_letter_topic=dead_letter_topic,
             projections=versions,
             receipts=receipts,
+            topic_groups=topic_groups,
         )
 
     return router

@@ -38,6 +38,7 @@ from aiokafka.errors import KafkaError
 
 from engram import Memory, make_event
 from engram.history import http_client
+from ops.ingest_child import ingest_group
 from ops.kafka import ApacheKafka
 from ops.launch import launch, stop
 from ops.net import free_port
@@ -187,8 +188,10 @@ async def create_and_publish(bootstrap: str, events: Sequence[Event]) -> None:
 
 
 async def lag(bootstrap: str, group: str = GROUP) -> int:
-    """Records of the pipeline's topics the group has not committed yet (-1 while the
-    broker cannot tell: the group's coordinator is not there yet)."""
+    """Records of the pipeline's topics the group has not committed yet, those of
+    ``engram.ingest`` by the ingest hop's group when it has committed (the hop in its
+    own process, :func:`~ops.ingest_child.ingest_group`); -1 while the broker cannot
+    tell (the group's coordinator is not there yet)."""
     try:
         return sum((await _lag(bootstrap, group)).values())
     except KafkaError:
@@ -205,6 +208,9 @@ async def _lag(bootstrap: str, group: str) -> dict[str, int]:
         parts = [TopicPartition(t, p) for t in FOLLOWED for p in range(PARTITIONS)]
         ends = await consumer.end_offsets(parts)
         committed = await admin.list_consumer_group_offsets(group)
+        # the ingest hop commits in a group of its own when it runs in its own process
+        hop = await admin.list_consumer_group_offsets(ingest_group(group))
+        committed.update({tp: at for tp, at in hop.items() if tp.topic == FOLLOWED[0]})
         behind = {
             f"{tp.topic}:{tp.partition}": ends[tp]
             - (committed[tp].offset if tp in committed else 0)

@@ -40,6 +40,7 @@ from engram.status import Projections, status_router
 from ops.broker import EmbeddedBroker
 from ops.diagnose import log_awaits, log_consumer_state
 from ops.http import HttpThread
+from ops.ingest_child import IngestChild, ingest_group, register_hop
 from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
 from ops.reprocess import Parts, Reprocesses, WorkerControl, recover, reprocess_router
 from ops.restore import restore_log
@@ -56,7 +57,7 @@ from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams import faults
 from streams.app import create_app, create_topics
-from streams.ingest import WorkerKeys, register_ingest
+from streams.ingest import WorkerKeys
 from streams.logwriter import LogWriter
 from streams.pipeline import register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
@@ -107,6 +108,12 @@ async def embedding_writer(settings: Settings, bootstrap: str) -> tuple[LogWrite
     return keys.writer(bootstrap, owns_keys=True), codec
 
 
+def ingest_batch_size(settings: Settings, config: MemoryConfig) -> int:
+    """The ingest hop's batch size: a crash seals one batch again, and within the
+    fold's window of event ids the copies are dropped."""
+    return min(settings.batch_size, config.dedupe_window)
+
+
 def build_worker_app(
     settings: Settings,
     bootstrap: str,
@@ -133,24 +140,13 @@ def build_worker_app(
         events=settings.events_topic,
         memory=derivation.memory_topic,
         dead_letters=settings.dlq_topic,
-        ingest=settings.ingest_topic,
+        ingest=None if settings.ingest_process else settings.ingest_topic,
     )
     keys, codec = worker_keys(settings, bootstrap)
-    ring = keys.ring
-    assert topics.ingest is not None
-    register_ingest(
-        app,
-        ingest=topics.ingest,
-        events_topic=settings.events_topic,
-        dead_letter_topic=settings.dlq_topic,
-        codec=SealingCodec(ring, max_bytes=settings.max_event_bytes, accept=RAW_TYPE_NAMES),
-        keys=keys,
-        bootstrap=bootstrap,
-        # a crash seals one batch again: within the fold's window, the copies are dropped
-        batch_size=min(settings.batch_size, derivation.config.dedupe_window),
-        within=settings.relay_interval_s,
-        direct=settings.direct_feed,
-    )
+    if not settings.ingest_process:  # else the stack's ingest child seals
+        assert topics.ingest is not None
+        batch = ingest_batch_size(settings, derivation.config)
+        register_hop(app, settings, bootstrap, topics.ingest, keys, batch, remember=True)
     if settings.tick_interval_s > 0:
         register_ticker(
             app,
@@ -163,7 +159,8 @@ def build_worker_app(
         app,
         topics=topics,
         history=history,
-        codec=codec,
+        # the fold's own codec: the raw events it opens are opened once, not remembered
+        codec=SealingCodec(keys.ring, max_bytes=settings.max_event_bytes, remember=False),
         config=derivation.config,
         bootstrap=bootstrap,
         batch_size=settings.batch_size,
@@ -293,6 +290,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
     embedder: Embedder | None = None
     rebuilds: Rebuilds | None = None
     reprocesses: Reprocesses | None = None
+    ingest: IngestChild | None = None
     try:
         if settings.kafka_bootstrap:
             bootstrap = settings.kafka_bootstrap
@@ -380,6 +378,11 @@ def run_up(settings: Settings, say: Say = print) -> int:
                     vectors_versions=index.versions() if index is not None else [],
                 ),
                 erasures=history.erasures,
+                topic_groups=(
+                    {settings.ingest_topic: ingest_group(settings.group_id)}
+                    if settings.ingest_process
+                    else None
+                ),
             )
         )
         api.include_router(
@@ -403,6 +406,11 @@ def run_up(settings: Settings, say: Say = print) -> int:
         say(f"http: {settings.http_url} (OpenAPI at {settings.http_url}/docs)")
         if settings.llm_url:
             say(f"episode summaries: {summariser_name(settings)}, extractive when it fails")
+        if settings.ingest_process:
+            batch = ingest_batch_size(settings, live.config)
+            ingest = IngestChild(settings, bootstrap, batch_size=batch, say=say)
+            ingest.start()
+            say(f"ingest: {settings.ingest_topic} -> {settings.events_topic} in a child process")
         say("engram is up; Ctrl-C stops it")
         while True:
             app = build_worker_app(settings, bootstrap, history, (gated, embedder), live)
@@ -413,6 +421,8 @@ def run_up(settings: Settings, say: Say = print) -> int:
             live = control.next_derivation() or live
             say(f"worker: generation {live.generation} ({live.version}) on {live.memory_topic}")
     finally:
+        if ingest is not None:
+            ingest.stop()
         if http is not None:
             http.stop()
         if reprocesses is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import json
 import logging
 import os
@@ -29,8 +30,9 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,7 +109,8 @@ class KeyFile:
     under a key the copy lacks); a live key is appended, a destroyed one makes the
     file rewritten whole without the key's material (atomically: temp file, fsync,
     rename), so destroying a key destroys it here too. One lock per path serialises
-    the writers of a process."""
+    the writers of a process, and a lock on ``<path>.lock`` (``flock``) those of the
+    stack's processes (the worker, its ingest process)."""
 
     _locks: dict[Path, threading.Lock] = {}
 
@@ -131,7 +134,7 @@ class KeyFile:
         """Keep ``records`` (key, value) durably; returns once they are on disk."""
         if not records:
             return
-        with self._lock:
+        with self._lock, _locked(self.path.with_name(self.path.name + ".lock")):
             held = self.load()
             fresh = [(k, v) for k, v in records if k not in held or held[k] != v]
             if not fresh:
@@ -157,6 +160,17 @@ class KeyFile:
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, self.path)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created, mode 0600) across processes."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _line(key: bytes, value: bytes | None) -> str:

@@ -20,6 +20,9 @@ a record faust delivers past a hole waits for the hole to be read again), and an
 agent's events share a partition on both topics (the same key, the same murmur2
 partitioner): per-agent order holds, across crashes and rebalances too.
 
+``engram up`` runs this agent in a process of its own by default, in a consumer group
+of its own (:mod:`ops.ingest_child`, ``ENGRAM_INGEST_PROCESS``), or in the worker.
+
 :class:`WorkerKeys` is the worker's keyring, shared by this agent, the fold and the
 vector agents; :class:`KeyedWriter` writes the keys it made before the events sealed
 with them.

@@ -168,12 +168,14 @@ def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
 
 def cpu_processes(stack: BenchStack) -> dict[str, int]:
     """The stack's processes whose CPU time the bench reports per event: the worker,
-    the broker and the embedding child (when there is one)."""
+    the broker, the embedding child and the ingest child (when there are)."""
     processes = {"worker": int(stack.up["pid"])}
     if stack.up.get("broker_pid"):
         processes["broker"] = int(stack.up["broker_pid"])
     for i, pid in enumerate(children(stack.up["pid"], "sinks.embed_process")):
         processes[f"embedder{i or ''}"] = pid
+    for i, pid in enumerate(children(stack.up["pid"], "ops.ingest_child")):
+        processes[f"ingest{i or ''}"] = pid
     return processes
 
 

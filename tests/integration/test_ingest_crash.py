@@ -5,18 +5,24 @@ is lost. One agent, more events than the window: before the hop committed each b
 at once, a crash sealed again everything since faust's last periodic commit (more
 than a window's worth here), and the copies beyond the window were folded twice.
 
+The hop runs in the worker (``ENGRAM_INGEST_PROCESS=off``: the whole stack dies) or in
+its own process (the default: the stack starts it again, and it dies with the stack).
+
 Its own Tansu broker: the worker's topics and group must start empty."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from ops.bench.common import children
 from ops.broker import EmbeddedBroker
 from ops.crash import (
     GROUP,
@@ -28,6 +34,7 @@ from ops.crash import (
     start,
     worker_env,
 )
+from ops.ingest_child import MODULE
 from ops.launch import stop
 from ops.topics import read_to_end
 from processors import MemoryConfig
@@ -36,6 +43,7 @@ pytestmark = pytest.mark.integration
 
 WINDOW = MemoryConfig().dedupe_window
 EVENTS = history(3 * WINDOW, agents=1)
+IN_WORKER = {"ENGRAM_INGEST_PROCESS": "off"}
 
 
 async def sealed_and_committed(bootstrap: str) -> tuple[int, int]:
@@ -62,7 +70,7 @@ def test_a_crash_between_sealing_and_committing_folds_no_event_twice(tmp_path: P
         asyncio.run(create_and_publish(broker.bootstrap, EVENTS))
         # killed with the batch that takes the sealed records past one window
         crash = {"ENGRAM_CRASH_AT": f"ingest.published:{WINDOW + 1}", "ENGRAM_BATCH_SIZE": "1000"}
-        process, _ = start(home, worker_env(home, broker.bootstrap, crash))
+        process, _ = start(home, worker_env(home, broker.bootstrap, IN_WORKER | crash))
         deadline = time.monotonic() + 120
         while process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -74,7 +82,7 @@ def test_a_crash_between_sealing_and_committing_folds_no_event_twice(tmp_path: P
         assert committed > 0, "no batch's offsets were committed before the crash"
         assert sealed - committed <= WINDOW, "the next life seals again more than one window"
 
-        process, up = start(home, worker_env(home, broker.bootstrap))
+        process, up = start(home, worker_env(home, broker.bootstrap, IN_WORKER))
         try:
             deadline = time.monotonic() + 120
             while archived(up) < len(EVENTS) and time.monotonic() < deadline:
@@ -83,7 +91,57 @@ def test_a_crash_between_sealing_and_committing_folds_no_event_twice(tmp_path: P
             events, _, _ = read_history(up)
         finally:
             assert stop(process) == 0
+    folded_once(events)
+
+
+def folded_once(events: list[Any]) -> None:
+    """The archive holds every event of :data:`EVENTS` once, in its order."""
     ids = [str(row[2]) for row in events]
-    seqs = [row[1] for row in events]
     assert sorted(ids) == sorted(str(e.event_id) for e in EVENTS)  # none lost, none twice
-    assert seqs == list(range(len(EVENTS)))  # one agent: every sequence once, in order
+    assert [row[1] for row in events] == list(range(len(EVENTS)))
+
+
+def ingest_children(stack: subprocess.Popen[bytes]) -> list[int]:
+    return children(stack.pid, MODULE)
+
+
+@pytest.mark.timeout(300)
+def test_an_ingest_process_killed_between_sealing_and_committing_is_started_again(
+    tmp_path: Path,
+) -> None:
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        home = tmp_path / "home"
+        asyncio.run(create_and_publish(broker.bootstrap, EVENTS))
+        # every life of the child is killed with the batch that takes it past a window:
+        # 3 windows of events in batches of (at most) a window take several lives
+        crash = {"ENGRAM_CRASH_AT": f"ingest.published:{WINDOW + 1}", "ENGRAM_BATCH_SIZE": "1000"}
+        process, up = start(home, worker_env(home, broker.bootstrap, crash))
+        try:
+            deadline = time.monotonic() + 180
+            while archived(up) < len(EVENTS) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(3.0)  # a copy folded twice would come right after its original
+            events, _, _ = read_history(up)
+            assert process.poll() is None, "the stack died with its ingest process"
+            restarts = (home / "up.log").read_text().count("ingest process exited with -9")
+            assert restarts >= 1, "the ingest process was never killed"
+            assert len(ingest_children(process)) == 1
+        finally:
+            assert stop(process) == 0
+    folded_once(events)
+
+
+@pytest.mark.timeout(300)
+def test_the_ingest_process_ends_with_its_stack(tmp_path: Path) -> None:
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        home = tmp_path / "home"
+        process, _ = start(home, worker_env(home, broker.bootstrap))
+        try:
+            (child,) = ingest_children(process)
+        finally:
+            code = stop(process, signal.SIGKILL)
+        assert code == -9
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{child}").exists(), "the ingest process outlived its stack"

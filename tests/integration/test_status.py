@@ -70,6 +70,13 @@ def test_status_shows_lag_dead_letters_and_projections(stack: Stack) -> None:
     # the log grew (by 21 records on Apache Kafka; Tansu's end offsets count batches)
     assert sum(p["end"] for p in events) > earlier
     assert all(p["lag"] == 0 for p in after["lag"])
+    # the ingest hop runs in a process of its own, in a group of its own
+    groups = {p["topic"]: p["group"] for p in after["lag"]}
+    assert groups == {
+        "engram.events": None,
+        "engram.memory": None,
+        "engram.ingest": "engram-worker.ingest",
+    }
 
     text = subprocess.run(
         engram_cmd("status"), env=stack.env, capture_output=True, text=True, timeout=60,
@@ -77,3 +84,4 @@ def test_status_shows_lag_dead_letters_and_projections(stack: Stack) -> None:
     )  # fmt: skip
     assert text.returncode == 0, text.stderr
     assert "consumer group engram-worker" in text.stdout and "dead letters" in text.stdout
+    assert "engram.ingest (engram-worker.ingest)" in text.stdout
