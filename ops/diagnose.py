@@ -1,4 +1,4 @@
-"""What a worker that seems stuck shows of itself on SIGUSR1 (:class:`ops.stack.StackWorker`):
+"""What a worker that seems stuck shows of itself on SIGUSR1 (:class:`ops.worker.StackWorker`):
 where its consumer stands per partition, and where engram's coroutines wait."""
 
 from __future__ import annotations

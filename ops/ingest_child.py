@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping
 import faust
 
 from engram.settings import Settings
+from ops.worker import run_worker, worker_keys
 from schemas import RAW_TYPE_NAMES
 from schemas.sealed import SealingCodec
 from streams.app import create_app, create_topics
@@ -72,8 +73,6 @@ def build_ingest_app(settings: Settings, bootstrap: str, *, batch_size: int) -> 
     """A faust app with only the ingest agent, as the worker registers it in process
     (``batch_size``: at most the fold's window of event ids, see
     :func:`streams.ingest.register_ingest`)."""
-    from ops.stack import worker_keys  # the stack imports this module
-
     session_timeout, rebalance_timeout = settings.group_timeouts()
     app = create_app(
         app_id=ingest_group(settings.group_id),
@@ -246,8 +245,6 @@ def _die_with_parent(parent: int) -> None:
 
 def main(env: Mapping[str, str] | None = None) -> int:
     """The child: run the ingest agent until SIGTERM (or the parent's end)."""
-    from ops.stack import run_worker
-
     _die_with_parent(int(os.environ.get(PARENT_VARIABLE) or os.getppid()))
     settings = Settings.from_env(env).with_home_master_key()
     logging.basicConfig(level=settings.log_level)

@@ -15,7 +15,6 @@ rebuild's gate (:class:`~ops.rebuild.GatedIndex`).
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import os
@@ -26,8 +25,6 @@ from typing import Any
 
 import clickhouse_connect
 import faust
-import uvloop
-from mode import Worker
 
 from engram.api import create_api
 from engram.client import Memory
@@ -38,13 +35,13 @@ from engram.settings import Settings
 from engram.sqlgate import QueryGate
 from engram.status import Projections, status_router
 from ops.broker import EmbeddedBroker
-from ops.diagnose import log_awaits, log_consumer_state
 from ops.http import HttpThread
 from ops.ingest_child import IngestChild, ingest_group, register_hop
 from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
 from ops.reprocess import Parts, Reprocesses, WorkerControl, recover, reprocess_router
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
+from ops.worker import run_worker, worker_keys
 from processors import MemoryConfig
 from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
@@ -53,11 +50,10 @@ from sinks.clickhouse import ClickHouseHistory
 from sinks.derivations import Derivation, Derivations, first
 from sinks.embed_process import ProcessEmbedder
 from sinks.embedding import Embedder, get_embedder
-from sinks.keys import BlockingKeyring, KafkaKeyring, OpenEvent, restore_keys
+from sinks.keys import BlockingKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams import faults
 from streams.app import create_app, create_topics
-from streams.ingest import WorkerKeys
 from streams.logwriter import LogWriter
 from streams.pipeline import register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
@@ -84,18 +80,6 @@ def episode_summariser(settings: Settings, history: ClickHouseHistory) -> LlmSum
 
 def summariser_name(settings: Settings) -> str:
     return f"llm:{settings.llm_model}" if settings.llm_url else SUMMARISER_NAME
-
-
-def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, SealingCodec]:
-    """Keys of a worker's own (a keyring on the key topic, when sealing is on; it starts
-    in the loop that first uses it) and the sealing codec over them."""
-    master = settings.master_key()
-    ring = (
-        KafkaKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
-        if master is not None
-        else None
-    )
-    return WorkerKeys(ring), SealingCodec(ring, max_bytes=settings.max_event_bytes)
 
 
 async def embedding_writer(settings: Settings, bootstrap: str) -> tuple[LogWriter, Codec]:
@@ -440,55 +424,6 @@ def run_up(settings: Settings, say: Say = print) -> int:
             broker.stop()
 
 
-class StackWorker(Worker):
-    """mode's worker, whose SIGUSR1 also logs the consumer's state per partition
-    (after mode's own dump of every task's stack)."""
-
-    def _on_sigusr1(self) -> None:
-        super()._on_sigusr1()
-        for app in self.services:
-            if isinstance(app, faust.App):
-                log_consumer_state(app)
-        log_awaits()
-
-
 QUERY_CACHE = 1024
 """Recent query vectors the stack's recall keeps (:class:`engram.recall.Recaller`): a
 query asked again costs no embedding (about 3 ms of the worker's interpreter each)."""
-
-
-GC_THRESHOLDS = (50_000, 20, 100)
-"""The worker's garbage-collector thresholds (Python's defaults: 700, 10, 10).
-
-The worker allocates many short-lived objects per event (decoded events, derived
-events, rows) beside a large long-lived heap (fold state, tables, models), and with
-the defaults the collector's passes over that heap cost about a quarter of its time:
-``ops/bench/ingest.py --events 30000 --modes direct`` ran 2 233 / 2 333 events/s with
-the defaults and 3 031 / 3 124 with these thresholds and the heap frozen at start,
-alternated in one session (BENCHMARKS.md). Cycles are still collected, less often."""
-
-
-def tune_gc() -> None:
-    """Move what the process holds at start (modules, the app) out of the collector's
-    reach (``gc.freeze``) and collect less often (:data:`GC_THRESHOLDS`)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-def run_worker(
-    app: faust.App, log_level: str = "WARNING", control: WorkerControl | None = None
-) -> int:
-    """Run the faust worker in the foreground until SIGINT/SIGTERM (or until
-    ``control`` stops it for a reprocess's swap)."""
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    tune_gc()
-    worker = StackWorker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
-    if control is not None:
-        control.attach(worker, loop)
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    return 0

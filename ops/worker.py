@@ -1,0 +1,83 @@
+"""The faust worker's run loop and keys, shared by the stack (:mod:`ops.stack`) and
+its ingest process (:mod:`ops.ingest_child`), without the stack's heavier imports (the
+HTTP API, the vector stores): the ingest process starts in about half the time."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import TYPE_CHECKING
+
+import faust
+import uvloop
+from mode import Worker
+
+from engram.settings import Settings
+from ops.diagnose import log_awaits, log_consumer_state
+from schemas.sealed import SealingCodec
+from sinks.keys import KafkaKeyring
+from streams.ingest import WorkerKeys
+
+if TYPE_CHECKING:
+    from ops.reprocess import WorkerControl
+
+
+def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, SealingCodec]:
+    """Keys of a worker's own (a keyring on the key topic, when sealing is on; it starts
+    in the loop that first uses it) and the sealing codec over them."""
+    master = settings.master_key()
+    ring = (
+        KafkaKeyring(bootstrap, settings.keys_topic, master, settings.key_archive())
+        if master is not None
+        else None
+    )
+    return WorkerKeys(ring), SealingCodec(ring, max_bytes=settings.max_event_bytes)
+
+
+class StackWorker(Worker):
+    """mode's worker, whose SIGUSR1 also logs the consumer's state per partition
+    (after mode's own dump of every task's stack)."""
+
+    def _on_sigusr1(self) -> None:
+        super()._on_sigusr1()
+        for app in self.services:
+            if isinstance(app, faust.App):
+                log_consumer_state(app)
+        log_awaits()
+
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The worker's garbage-collector thresholds (Python's defaults: 700, 10, 10).
+
+The worker allocates many short-lived objects per event (decoded events, derived
+events, rows) beside a large long-lived heap (fold state, tables, models), and with
+the defaults the collector's passes over that heap cost about a quarter of its time:
+``ops/bench/ingest.py --events 30000 --modes direct`` ran 2 233 / 2 333 events/s with
+the defaults and 3 031 / 3 124 with these thresholds and the heap frozen at start,
+alternated in one session (BENCHMARKS.md). Cycles are still collected, less often."""
+
+
+def tune_gc() -> None:
+    """Move what the process holds at start (modules, the app) out of the collector's
+    reach (``gc.freeze``) and collect less often (:data:`GC_THRESHOLDS`)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def run_worker(
+    app: faust.App, log_level: str = "WARNING", control: WorkerControl | None = None
+) -> int:
+    """Run the faust worker in the foreground until SIGINT/SIGTERM (or until
+    ``control`` stops it for a reprocess's swap)."""
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    tune_gc()
+    worker = StackWorker(app, loglevel=log_level, quiet=True, redirect_stdouts=False)
+    if control is not None:
+        control.attach(worker, loop)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
