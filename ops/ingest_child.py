@@ -16,9 +16,10 @@ Contract:
   events are acknowledged; a crash seals again at most the batch it interrupted, which
   the fold's window of event ids drops; an agent's events keep their order.
 - **Supervised.** :class:`IngestChild` starts the child before the worker and starts it
-  again (after :data:`RESTART_DELAY_S`) whenever it exits while the stack runs, saying
-  so in the stack's log; :meth:`IngestChild.stop` asks it to stop (SIGTERM, the faust
-  worker's graceful stop), then kills it after :data:`STOP_TIMEOUT_S`.
+  again (after :data:`RESTART_DELAY_S`, longer while it keeps dying young) whenever it
+  exits while the stack runs, saying so in the stack's log; :meth:`IngestChild.stop`
+  asks it to stop (SIGTERM, the faust worker's graceful stop), then kills it after
+  :data:`STOP_TIMEOUT_S`.
 - **It dies with the stack.** The child asks the kernel for SIGKILL when its parent
   ends (``PR_SET_PDEATHSIG``, Linux), so a stack killed with ``kill -9`` leaves no
   ingest process behind, exactly as when the hop ran inside it; where that is not
@@ -49,11 +50,13 @@ from schemas.sealed import SealingCodec
 from streams.app import create_app, create_topics
 from streams.ingest import WorkerKeys, register_ingest
 
-log = logging.getLogger("engram.ingest")
-
 MODULE = "ops.ingest_child"
 """The child's module (``python -m``): what its command line says."""
 RESTART_DELAY_S = 1.0
+"""The wait before starting a dead child again; it doubles, up to
+:data:`MAX_RESTART_DELAY_S`, while the child lives less than :data:`SHORT_LIFE_S`."""
+MAX_RESTART_DELAY_S = 30.0
+SHORT_LIFE_S = 30.0
 STOP_TIMEOUT_S = 15.0
 PARENT_CHECK_S = 1.0
 _PR_SET_PDEATHSIG = 1
@@ -158,17 +161,10 @@ class IngestChild:
     ) -> None:
         self.env = child_env(settings, bootstrap, batch_size)
         self.say = say
-        self.starts = 0
         self._child: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._supervise, name="engram-ingest", daemon=True)
-
-    @property
-    def pid(self) -> int | None:
-        """The running child's pid, or None."""
-        child = self._child
-        return child.pid if child is not None and child.poll() is None else None
 
     def start(self) -> None:
         """Start the child, and keep it running until :meth:`stop`."""
@@ -194,21 +190,25 @@ class IngestChild:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            self.starts += 1
             return self._child
 
     def _supervise(self) -> None:
         # the thread that starts the child waits on it: the child's PR_SET_PDEATHSIG
         # fires when the thread that forked it ends, so it must outlive the child
+        delay = RESTART_DELAY_S
         while not self._stopping.is_set():
             child = self._spawn()
             if child is None:
                 return
+            began = time.monotonic()
             code = child.wait()
             if self._stopping.is_set():
                 return
-            self.say(f"ingest process exited with {code}; starting it again")
-            self._stopping.wait(RESTART_DELAY_S)
+            # a child that keeps dying young (a setting it refuses) is started less often
+            short = time.monotonic() - began < SHORT_LIFE_S
+            delay = min(delay * 2, MAX_RESTART_DELAY_S) if short else RESTART_DELAY_S
+            self.say(f"ingest process exited with {code}; starting it again in {delay:.0f} s")
+            self._stopping.wait(delay)
 
 
 def _terminate(child: subprocess.Popen[bytes]) -> int:
@@ -224,8 +224,6 @@ def _terminate(child: subprocess.Popen[bytes]) -> int:
 def _die_with_parent(parent: int) -> None:
     """SIGKILL this process when its parent (pid ``parent``) ends (Linux), else poll for
     it; at once if it has ended already (this process was then adopted)."""
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGKILL)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
