@@ -540,6 +540,7 @@ class SealingCodec(Codec):
     ) -> None:
         super().__init__(max_bytes=max_bytes, accept=accept)
         self.keyring = keyring
+        self.remember = remember
         inner = Codec(max_bytes=max_bytes)  # what the sealed bytes hold: clear, any type
         self.sealer = Sealer(inner, keyring, remember=remember) if keyring is not None else None
         self._reader = Sealer(inner, _NO_KEYS)

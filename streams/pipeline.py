@@ -868,9 +868,15 @@ async def settle_when_quiet(flusher: Flusher) -> None:
 
 def raw_codec(codec: Codec) -> Codec:
     """``codec`` accepting raw types only: a derived type on ``engram.events`` is a
-    dead letter (sealing codecs stay sealing, with the same keyring)."""
+    dead letter (sealing codecs stay sealing, with the same keyring, remembering what
+    they open or not alike)."""
     if isinstance(codec, SealingCodec):
-        return SealingCodec(codec.keyring, max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
+        return SealingCodec(
+            codec.keyring,
+            max_bytes=codec.max_bytes,
+            accept=RAW_TYPE_NAMES,
+            remember=codec.remember,
+        )
     return Codec(max_bytes=codec.max_bytes, accept=RAW_TYPE_NAMES)
 
 

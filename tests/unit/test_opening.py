@@ -26,6 +26,7 @@ from schemas import (
 from schemas.sealed import SealingCodec, UnknownKey, _sealed_key, is_sealed
 from sinks.keys import KafkaKeyring, KeyBook, KeyFile, MasterKey, open_waiting
 from streams.ingest import seal_batch, seal_one
+from streams.pipeline import raw_codec
 from streams.vectors import VECTOR_TYPES, decode_all
 
 AT = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
@@ -286,3 +287,12 @@ def test_the_key_of_sealed_bytes_is_read_without_parsing_the_record() -> None:
         for cut in range(10, len(raw) - 40):  # truncated inside the envelope: None, no raise
             key = _sealed_key(raw[:cut])
             assert key is None or key == (envelope.subject, envelope.key_id)
+
+
+def test_the_folds_raw_codec_remembers_as_the_codec_it_is_made_from() -> None:
+    # the stack gives the fold a codec that does not remember the raw events it opens
+    for remember in (True, False):
+        made = raw_codec(SealingCodec(book("mei"), remember=remember))
+        assert isinstance(made, SealingCodec) and made.sealer is not None
+        assert made.remember is remember and made.sealer.remember is remember
+        assert made.accept == RAW_TYPE_NAMES
