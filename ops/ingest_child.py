@@ -44,10 +44,9 @@ from collections.abc import Callable, Mapping
 import faust
 
 from engram.settings import Settings
-from ops.worker import run_worker, worker_keys
+from ops.worker import run_worker, worker_app, worker_keys
 from schemas import RAW_TYPE_NAMES
 from schemas.sealed import SealingCodec
-from streams.app import create_app, create_topics
 from streams.ingest import WorkerKeys, register_ingest
 
 MODULE = "ops.ingest_child"
@@ -76,22 +75,13 @@ def build_ingest_app(settings: Settings, bootstrap: str, *, batch_size: int) -> 
     """A faust app with only the ingest agent, as the worker registers it in process
     (``batch_size``: at most the fold's window of event ids, see
     :func:`streams.ingest.register_ingest`)."""
-    session_timeout, rebalance_timeout = settings.group_timeouts()
-    app = create_app(
+    app, topics = worker_app(
+        settings,
+        bootstrap,
         app_id=ingest_group(settings.group_id),
-        bootstrap=bootstrap,
-        partitions=settings.partitions,
-        session_timeout_s=session_timeout,
-        rebalance_timeout_s=rebalance_timeout,
-        fetch_max_wait_ms=settings.fetch_wait_ms,
-        datadir=settings.home / "faust-ingest",
-    )
-    topics = create_topics(
-        app,
-        events=settings.events_topic,
-        memory=settings.memory_topic,
-        dead_letters=settings.dlq_topic,
-        ingest=settings.ingest_topic,
+        datadir="faust-ingest",
+        memory_topic=settings.memory_topic,
+        ingest=True,
     )
     assert topics.ingest is not None
     keys, _ = worker_keys(settings, bootstrap)

@@ -41,7 +41,7 @@ from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
 from ops.reprocess import Parts, Reprocesses, WorkerControl, recover, reprocess_router
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
-from ops.worker import run_worker, worker_keys
+from ops.worker import run_worker, worker_app, worker_keys
 from processors import MemoryConfig
 from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
@@ -53,7 +53,6 @@ from sinks.embedding import Embedder, get_embedder
 from sinks.keys import BlockingKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams import faults
-from streams.app import create_app, create_topics
 from streams.logwriter import LogWriter
 from streams.pipeline import register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
@@ -109,22 +108,13 @@ def build_worker_app(
     vector-projection agents) registered on it, folding with ``derivation`` (its
     parameters, derived topic and state table; generation 0 when None)."""
     derivation = derivation or first(settings.memory_topic)
-    session_timeout, rebalance_timeout = settings.group_timeouts()
-    app = create_app(
+    app, topics = worker_app(
+        settings,
+        bootstrap,
         app_id=settings.group_id,
-        bootstrap=bootstrap,
-        partitions=settings.partitions,
-        session_timeout_s=session_timeout,
-        rebalance_timeout_s=rebalance_timeout,
-        fetch_max_wait_ms=settings.fetch_wait_ms,
-        datadir=settings.home / "faust",
-    )
-    topics = create_topics(
-        app,
-        events=settings.events_topic,
-        memory=derivation.memory_topic,
-        dead_letters=settings.dlq_topic,
-        ingest=None if settings.ingest_process else settings.ingest_topic,
+        datadir="faust",
+        memory_topic=derivation.memory_topic,
+        ingest=not settings.ingest_process,
     )
     keys, codec = worker_keys(settings, bootstrap)
     if not settings.ingest_process:  # else the stack's ingest child seals

@@ -16,10 +16,43 @@ from engram.settings import Settings
 from ops.diagnose import log_awaits, log_consumer_state
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring
+from streams.app import Topics, create_app, create_topics
 from streams.ingest import WorkerKeys
 
 if TYPE_CHECKING:
     from ops.reprocess import WorkerControl
+
+
+def worker_app(
+    settings: Settings,
+    bootstrap: str,
+    *,
+    app_id: str,
+    datadir: str,
+    memory_topic: str,
+    ingest: bool,
+) -> tuple[faust.App, Topics]:
+    """A faust app of ``settings``' broker, partitions, group timeouts and fetch wait
+    (group ``app_id``, files under ``$ENGRAM_HOME/<datadir>``), with the pipeline's
+    topics declared (``engram.ingest`` only with ``ingest``)."""
+    session_timeout, rebalance_timeout = settings.group_timeouts()
+    app = create_app(
+        app_id=app_id,
+        bootstrap=bootstrap,
+        partitions=settings.partitions,
+        session_timeout_s=session_timeout,
+        rebalance_timeout_s=rebalance_timeout,
+        fetch_max_wait_ms=settings.fetch_wait_ms,
+        datadir=settings.home / datadir,
+    )
+    topics = create_topics(
+        app,
+        events=settings.events_topic,
+        memory=memory_topic,
+        dead_letters=settings.dlq_topic,
+        ingest=settings.ingest_topic if ingest else None,
+    )
+    return app, topics
 
 
 def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, SealingCodec]:
