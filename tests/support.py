@@ -20,6 +20,9 @@ from ops.launch import launch, stop
 from ops.net import free_port
 
 T = TypeVar("T")
+WORTH_EXPLAINING = ("WARNING", "ERROR", "ingest process exited")
+NOISE = ("Unable connect to", "Unable to update metadata", "NodeNotReadyError")
+"""aiokafka's lines of every retry while a broker is away: they bury the rest."""
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -78,6 +81,32 @@ class Stack:
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         return stop(self.process, sig)
+
+    def explain(self, lines: int = 25) -> str:
+        """Why the stack may be behind, for a failure message (the short part of a CI
+        log that stays readable): its partitions with lag, from ``/v1/status``, and the
+        last warnings, errors and ingest process exits of its ``up.log`` (but
+        :data:`NOISE`)."""
+        try:
+            answer = httpx.get(f"{self.http}/v1/status", timeout=30).json()
+            behind = [
+                f"{p['topic']}[{p['partition']}] group={p.get('group') or 'worker'} "
+                f"committed={p['committed']} end={p['end']} lag={p['lag']}"
+                for p in answer["lag"]
+                if p["lag"]
+            ]
+            lag = "lag: " + ("; ".join(behind) or "none")
+        except (httpx.HTTPError, ValueError, KeyError) as error:
+            lag = f"status unavailable: {error!r}"
+        log = (self.home / "up.log").read_text(errors="replace").splitlines()
+        worth = [
+            line[:300]
+            for line in log
+            if any(w in line for w in WORTH_EXPLAINING) and not any(n in line for n in NOISE)
+        ]
+        return "\n".join(
+            [lag, f"up.log, the last of {len(worth)} warnings and errors:", *worth[-lines:]]
+        )
 
 
 def start_stack(home: Path, timeout: float = 90.0, **extra_env: str) -> Stack:

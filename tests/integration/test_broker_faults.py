@@ -46,6 +46,7 @@ def topics(kafka: ApacheKafka) -> ApacheKafka:
     return kafka
 
 
+@pytest.mark.timeout(600)  # the catching-up wait fails first, saying why
 def test_acknowledged_events_survive_broker_crashes_once_each(
     kafka: ApacheKafka, tmp_path: Path
 ) -> None:
@@ -66,7 +67,17 @@ def test_acknowledged_events_survive_broker_crashes_once_each(
         assert not publisher.is_alive()
         assert publisher.errors == [], "the 60 s deadline outlasts each outage"
         want = expected(publisher.acked)
-        wait_for(lambda: complete(stack.http, want), 300, "the worker catching up")
+        try:
+            wait_for(lambda: complete(stack.http, want), 300, "the worker catching up")
+            late = None
+        except TimeoutError as error:
+            late = str(error)
+        if late is not None:
+            counts = [
+                stack.scalar(f"SELECT count() FROM {t}") for t in ("events", "memory_changes")
+            ]
+            held = f"held {counts}, want {[len(want.events), len(want.changes)]}"
+            pytest.fail(f"{late}: {held}\n{stack.explain()}", pytrace=False)
         settled(stack.http)
         ids = [str(r[0]) for r in stack.rows("SELECT event_id FROM events")]
         changes = [str(r[0]) for r in stack.rows("SELECT event_id FROM memory_changes")]
