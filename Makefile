@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --durations=15
 
 .PHONY: demo test test-kafka test-crash lint bench clean
@@ -19,9 +19,11 @@ demo: $(STAMP)
 	$(BIN)/engram demo
 
 ## Set everything up and run lint, types and every test (on the embedded Tansu broker),
-## then the integration tests again on Apache Kafka. Two pytest workers (PYTEST_WORKERS),
-## each test file on one of them: most integration tests wait on subprocesses. Each pass
-## ends with its 15 slowest tests, so a slow CI machine shows where the time goes.
+## then the integration tests again on Apache Kafka. Three pytest workers (PYTEST_WORKERS)
+## on two cores, each test file on one of them: most integration tests wait on
+## subprocesses (the integration and end-to-end tests took 420 s on three workers and
+## about 530 s on two). Each pass ends with its 15 slowest tests, so a slow CI machine
+## shows where the time goes.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
