@@ -551,19 +551,23 @@ def event_row(item: SequencedEvent) -> list[Any]:
 
 
 def change_row(e: DerivedEvent) -> list[Any]:
-    body = getattr(e, "body", None)
-    memory_id = getattr(body, "memory_id", "") if body is not None else ""
+    """The ``memory_changes`` row of ``e`` (:data:`CHANGE_COLUMNS`). Reads the models'
+    ``__dict__`` (see :mod:`processors.build`): a body without ``memory_id`` would
+    otherwise raise and catch an AttributeError in pydantic's ``__getattr__`` per row."""
+    fields = e.__dict__
+    body = fields.get("body")
+    memory_id = body.__dict__.get("memory_id", "") if body is not None else ""
     return [
-        e.agent_id,
-        e.seq,
-        e.idx,
-        e.event_id,
-        e.type,
-        e.source_event_id,
-        e.session_id,
-        e.user_id,
-        e.occurred_at,
-        e.config_version,
+        fields["agent_id"],
+        fields["seq"],
+        fields["idx"],
+        fields["event_id"],
+        fields["type"],
+        fields["source_event_id"],
+        fields["session_id"],
+        fields["user_id"],
+        fields["occurred_at"],
+        fields["config_version"],
         memory_id,
         body.model_dump_json() if body is not None else "{}",
     ]
