@@ -29,6 +29,7 @@ from rich.table import Table
 
 from schemas import BadEvent, Codec, SubjectErasureRequested
 from sinks.clickhouse import ErasureReceipt
+from sinks.clients import started
 
 REASON_HEADER = "engram.reason"
 """The dead letter's reason header (``streams.pipeline.REASON_HEADER``)."""
@@ -104,8 +105,9 @@ async def partition_bounds(
     """Every partition of ``topics`` with its log start and end offsets, read by a
     consumer without a group (subscribed, it waits for the topics' metadata as it
     starts)."""
-    probe = AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await probe.start()
+    probe = await started(
+        AIOKafkaConsumer(*topics, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    )
     try:
         partitions = [
             TopicPartition(topic, p)
@@ -161,8 +163,9 @@ async def _committed(
     """``group``'s committed offset of each of ``partitions`` (None: none yet)."""
     if not partitions:
         return {}
-    member = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    await member.start()
+    member = await started(
+        AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    )
     try:
         member.assign(list(partitions))
         return {tp: await member.committed(tp) for tp in partitions}
@@ -172,8 +175,9 @@ async def _committed(
 
 async def dead_letters(bootstrap: str, topic: str) -> DeadLetters:
     """How many records the dead-letter topic holds, and the newest one's reason."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = await started(
+        AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, enable_auto_commit=False)
+    )
     try:
         partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         if not partitions:
@@ -207,8 +211,9 @@ async def pending_erasures(
     if not behind:
         return []
     found: dict[UUID, PendingErasure] = {}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = await started(
+        AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    )
     try:
         for part in behind:
             for request in await _requests_in(consumer, part, codec):

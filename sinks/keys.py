@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas import DEFAULT_MAX_BYTES, Event
 from schemas.sealed import SealingCodec, UnknownKey
+from sinks.clients import started
 
 log = logging.getLogger("engram.keys")
 T = TypeVar("T")
@@ -188,8 +189,9 @@ async def restore_keys(bootstrap: str, topic: str, keys: KeyFile) -> int:
     records = keys.load()
     if not records:
         return 0
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
+    consumer = await started(
+        AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    )
     try:
         partition = TopicPartition(topic, 0)
         ends = await consumer.end_offsets([partition])
@@ -197,8 +199,7 @@ async def restore_keys(bootstrap: str, topic: str, keys: KeyFile) -> int:
         await consumer.stop()
     if ends[partition] > 0:
         return 0
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
+    producer = await started(AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all"))
     try:
         sends = [await producer.send(topic, v, k, partition=0) for k, v in records.items()]
         await asyncio.gather(*sends)
@@ -291,17 +292,25 @@ class KafkaKeyring(KeyBook):
         self._pending: list[tuple[str, str, bytes]] = []
 
     async def start(self) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        """Start the clients and read the topic to its end. On failure, nothing stays
+        started (the caller may start again)."""
+        self._consumer = await started(
+            AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
         )
-        await consumer.start()
-        consumer.assign([TopicPartition(self.topic, 0)])  # the key topic has one partition
-        await consumer.seek_to_beginning()
-        self._consumer = consumer
-        producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
-        await producer.start()
-        self._producer = producer
-        await self.refresh()
+        try:
+            self._consumer.assign([TopicPartition(self.topic, 0)])  # the topic's one partition
+            await self._consumer.seek_to_beginning()
+            self._producer = await started(
+                AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
+            )
+            await self.refresh()
+        except BaseException:
+            await self.stop()
+            raise
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None

@@ -43,6 +43,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from processors.erasure import ERASURE_AGENT
 from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
+from sinks.clients import started
 from sinks.keys import KafkaKeyring, cover
 from streams import faults
 from streams.app import agent_batches, direct_feed
@@ -218,8 +219,7 @@ class Sweeper:
             return
         try:
             if self.admin is None:
-                self.admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
-                await self.admin.start()
+                self.admin = await started(AIOKafkaAdminClient(bootstrap_servers=self.bootstrap))
             await self.admin.delete_records(
                 {tp: RecordsToDelete(before_offset=end) for tp, end in ends.items()},
                 timeout_ms=10_000,

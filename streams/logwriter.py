@@ -13,6 +13,8 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
+from sinks.clients import started
+
 
 @dataclass(frozen=True)
 class Record:
@@ -57,8 +59,7 @@ class LogWriter:
                 max_batch_size=1_048_576,
                 max_request_size=8_388_608,
             )
-            await producer.start()
-            self.producer = producer
+            self.producer = await started(producer)
         return self.producer
 
     async def stop(self) -> None:

@@ -1,0 +1,78 @@
+"""aiokafka clients that fail to start are not left behind (:mod:`sinks.clients`): real
+aiokafka clients, pointed at a port where no broker listens, as while a broker is away.
+
+A client left unclosed says so when it is collected (a ResourceWarning, and aiokafka's
+``Unclosed AIOKafkaProducer`` at ERROR level): each test runs its attempts in an event
+loop of its own and collects the garbage once the loop has ended."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import warnings
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaConnectionError
+
+from ops.net import free_port
+from sinks.clients import started
+from sinks.keys import KafkaKeyring, MasterKey
+from streams.logwriter import LogWriter
+
+pytestmark = pytest.mark.integration
+
+
+def nowhere() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+def unclosed(attempts: Callable[[], Coroutine[Any, Any, None]]) -> list[str]:
+    """The aiokafka clients ``attempts`` left unclosed, once its loop ended."""
+    gc.collect()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(attempts())
+        gc.collect()
+    return [str(w.message)[:40] for w in caught if "Unclosed AIOKafka" in str(w.message)]
+
+
+def test_a_client_that_does_not_start_is_closed() -> None:
+    async def attempts() -> None:
+        for client in (
+            AIOKafkaProducer(bootstrap_servers=nowhere()),
+            AIOKafkaConsumer(bootstrap_servers=nowhere()),
+            AIOKafkaAdminClient(bootstrap_servers=nowhere()),
+        ):
+            with pytest.raises(KafkaConnectionError):
+                await started(client)
+            assert client._closed, type(client).__name__
+
+    assert unclosed(attempts) == []
+
+
+def test_a_writer_retried_while_the_broker_is_away_leaves_no_client() -> None:
+    writer = LogWriter(nowhere())
+
+    async def attempts() -> None:
+        for _ in range(3):  # as the worker's retry in place calls it again
+            with pytest.raises(KafkaConnectionError):
+                await writer.start()
+
+    assert unclosed(attempts) == []
+    assert writer.producer is None
+
+
+def test_a_keyring_that_does_not_start_keeps_no_client() -> None:
+    ring = KafkaKeyring(nowhere(), "engram.keys", MasterKey(bytes(32)))
+
+    async def attempts() -> None:
+        for _ in range(2):
+            with pytest.raises(KafkaConnectionError):
+                await ring.start()
+
+    assert unclosed(attempts) == []
+    assert ring._consumer is None and ring._producer is None
