@@ -25,12 +25,12 @@ async def started(client: C) -> C:
     try:
         await client.start()
     except BaseException:
-        await close(client)
+        await _close(client)
         raise
     return client
 
 
-async def close(client: object) -> None:
+async def _close(client: object) -> None:
     """Stop ``client`` (an admin client closes), never raising but cancellation: what a
     failed close leaves is what a failed start left."""
     end = getattr(client, "stop", None) or getattr(client, "close", None)
