@@ -509,7 +509,7 @@ def status_cmd(
 
     Example: engram status
     """
-    from engram.client import read_up_file
+    from engram.client import read_up_file, reason_of
     from engram.status import render, status_of
 
     settings = load_settings()
@@ -518,9 +518,10 @@ def status_cmd(
         raise fail(f"engram is not running (no {settings.up_file}); start it with `engram up`")
     try:
         response = httpx.get(f"{up['http']}/v1/status", timeout=30)
-        response.raise_for_status()
     except httpx.HTTPError as error:
         raise fail(f"engram at {up['http']} did not answer: {error}") from None
+    if response.status_code != 200:
+        raise fail(f"engram at {up['http']}: {reason_of(response)}")
     if as_json:
         sys.stdout.write(json.dumps(response.json(), indent=2) + "\n")
     else:

@@ -322,7 +322,7 @@ class Memory:
         except httpx.HTTPError as error:
             raise RequestFailed(f"cannot reach engram at {self.http}: {error!r}") from None
         if response.status_code >= 400:
-            raise RequestFailed(_reason(response), response.status_code)
+            raise RequestFailed(reason_of(response), response.status_code)
         return response.json()
 
     async def aclose(self) -> None:
@@ -504,7 +504,9 @@ class Memory:
         await self.aclose()
 
 
-def _reason(response: httpx.Response) -> str:
+def reason_of(response: httpx.Response) -> str:
+    """Why engram's HTTP API refused a request: the ``reason`` or ``detail`` of its
+    JSON answer, else the start of its text."""
     try:
         detail = response.json()
     except ValueError:
@@ -512,6 +514,8 @@ def _reason(response: httpx.Response) -> str:
     if isinstance(detail, dict):
         if "reason" in detail:
             return str(detail["reason"])
+        if isinstance(detail.get("detail"), str):  # an HTTPException's
+            return str(detail["detail"])[:1000]
         if "detail" in detail:  # FastAPI's validation errors
             return json.dumps(detail["detail"], ensure_ascii=False)[:1000]
     return str(detail)[:1000]

@@ -22,7 +22,8 @@ from typing import Any
 from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from fastapi import APIRouter
+from aiokafka.errors import KafkaError
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
@@ -31,6 +32,9 @@ from schemas import BadEvent, Codec, SubjectErasureRequested
 from sinks.clickhouse import ErasureReceipt
 from sinks.clients import started
 
+STATUS_TIMEOUT_S = 20.0
+"""The longest ``GET /v1/status`` waits for the broker's answers (``engram status``
+waits 30 s for the endpoint)."""
 REASON_HEADER = "engram.reason"
 """The dead letter's reason header (``streams.pipeline.REASON_HEADER``)."""
 SOURCE_HEADER = "engram.source"
@@ -377,9 +381,12 @@ def status_router(
     projections: Callable[[], Projections],
     erasures: Callable[[], Sequence[ErasureReceipt]] | None = None,
     topic_groups: Mapping[str, str] | None = None,
+    timeout_s: float = STATUS_TIMEOUT_S,
 ) -> APIRouter:
     """``GET /v1/status``; ``projections`` reads the live versions and ``erasures``
-    the erasure receipts (both may block); ``topic_groups``: see :func:`consumer_lag`."""
+    the erasure receipts (both may block); ``topic_groups``: see :func:`consumer_lag`.
+    A broker that refuses, fails or does not answer within ``timeout_s`` gives a 503
+    saying so (the lag cannot be known), never a request left hanging."""
     router = APIRouter(tags=["operations"])
 
     @router.get("/v1/status", response_model=Status, summary="Lag, dead letters, projections")
@@ -387,7 +394,7 @@ def status_router(
         loop = asyncio.get_running_loop()
         versions = await loop.run_in_executor(None, projections)
         receipts = await loop.run_in_executor(None, erasures) if erasures is not None else ()
-        return await gather_status(
+        asking = gather_status(
             bootstrap=bootstrap,
             group=group,
             topics=topics,
@@ -396,5 +403,12 @@ def status_router(
             receipts=receipts,
             topic_groups=topic_groups,
         )
+        try:
+            return await asyncio.wait_for(asking, timeout_s)
+        except TimeoutError:
+            why = f"did not answer within {timeout_s:g} s"
+        except (KafkaError, OSError) as error:
+            why = f"failed: {error!r}"
+        raise HTTPException(503, f"the broker at {bootstrap} {why}: the lag is unknown")
 
     return router
