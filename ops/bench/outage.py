@@ -196,10 +196,23 @@ def count(http: str, query: str) -> int:
         client.close()
 
 
+def known_status(http: str) -> dict[str, Any] | None:
+    """:func:`status`, or None while the broker does not answer it (a 503: the lag is
+    unknown, as for a moment after a broker restarts)."""
+    try:
+        return status(http)
+    except httpx.HTTPStatusError as error:
+        if error.response.status_code == 503:
+            return None
+        raise
+
+
 def complete(http: str, want: Expected) -> bool:
     """Lag 0 on every topic, and every event and memory change in ClickHouse."""
+    answer = known_status(http)
     return (
-        status(http)["total_lag"] == 0
+        answer is not None
+        and answer["total_lag"] == 0
         and count(http, "SELECT count() FROM events") >= len(want.events)
         and count(http, "SELECT count() FROM memory_changes") >= len(want.changes)
     )
@@ -210,15 +223,14 @@ def settled(http: str, quiet: float = 3.5, timeout: float = 120.0) -> dict[str, 
     (longer than faust's commit interval, 2.8 s): commits of what was already
     written have landed."""
     began = time.monotonic()
-    last = status(http)
+    last = known_status(http)
     while True:
         time.sleep(quiet)
-        now = status(http)
-        offsets = [(p["topic"], p["partition"], p["committed"]) for p in now["lag"]]
-        if now["total_lag"] == 0 and offsets == [
-            (p["topic"], p["partition"], p["committed"]) for p in last["lag"]
-        ]:
-            return now
+        now = known_status(http)
+        if now is not None and last is not None and now["total_lag"] == 0:
+            offsets = [(p["topic"], p["partition"], p["committed"]) for p in now["lag"]]
+            if offsets == [(p["topic"], p["partition"], p["committed"]) for p in last["lag"]]:
+                return now
         if time.monotonic() - began > timeout:
             raise TimeoutError(f"the committed offsets did not settle within {timeout:.0f}s")
         last = now
