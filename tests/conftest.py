@@ -17,7 +17,7 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
-from tests.support import Stack, start_stack
+from tests.support import Stack, start_stack, worth_explaining
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
@@ -113,6 +113,6 @@ def pytest_runtest_makereport(
     for log_path in sorted(Path(base).rglob("up.log")):
         if log_path.stat().st_mtime < call.start:
             continue
-        lines = log_path.read_text(errors="replace").splitlines()
-        worth = [line for line in lines if "WARNING" in line or "ERROR" in line]
-        report.sections.append((f"up.log {log_path}", "\n".join(worth[-40:] + lines[-10:])))
+        text = log_path.read_text(errors="replace")
+        shown = worth_explaining(text)[-40:] + text.splitlines()[-10:]
+        report.sections.append((f"up.log {log_path}", "\n".join(shown)))

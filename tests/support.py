@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import clickhouse_connect
 import httpx
 
+from engram.client import reason_of
 from ops.launch import launch, stop
 from ops.net import free_port
 
@@ -23,6 +24,18 @@ T = TypeVar("T")
 WORTH_EXPLAINING = ("WARNING", "ERROR", "ingest process exited")
 NOISE = ("Unable connect to", "Unable to update metadata", "NodeNotReadyError")
 """aiokafka's lines of every retry while a broker is away: they bury the rest."""
+
+
+def worth_explaining(log: str) -> list[str]:
+    """The lines of a stack's ``up.log`` that explain a failure: warnings, errors and
+    ingest process exits, but :data:`NOISE`, each cut to 300 characters."""
+    return [
+        line[:300]
+        for line in log.splitlines()
+        if any(w in line for w in WORTH_EXPLAINING) and not any(n in line for n in NOISE)
+    ]
+
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -85,10 +98,12 @@ class Stack:
     def explain(self, lines: int = 25) -> str:
         """Why the stack may be behind, for a failure message (the short part of a CI
         log that stays readable): its partitions with lag, from ``/v1/status``, and the
-        last warnings, errors and ingest process exits of its ``up.log`` (but
-        :data:`NOISE`)."""
+        last lines of its ``up.log`` that :func:`worth_explaining` keeps."""
         try:
-            answer = httpx.get(f"{self.http}/v1/status", timeout=30).json()
+            response = httpx.get(f"{self.http}/v1/status", timeout=30)
+            if response.status_code != 200:
+                raise ValueError(f"HTTP {response.status_code}: {reason_of(response)}")
+            answer = response.json()
             behind = [
                 f"{p['topic']}[{p['partition']}] group={p.get('group') or 'worker'} "
                 f"committed={p['committed']} end={p['end']} lag={p['lag']}"
@@ -98,12 +113,7 @@ class Stack:
             lag = "lag: " + ("; ".join(behind) or "none")
         except (httpx.HTTPError, ValueError, KeyError) as error:
             lag = f"status unavailable: {error!r}"
-        log = (self.home / "up.log").read_text(errors="replace").splitlines()
-        worth = [
-            line[:300]
-            for line in log
-            if any(w in line for w in WORTH_EXPLAINING) and not any(n in line for n in NOISE)
-        ]
+        worth = worth_explaining((self.home / "up.log").read_text(errors="replace"))
         return "\n".join(
             [lag, f"up.log, the last of {len(worth)} warnings and errors:", *worth[-lines:]]
         )
