@@ -31,14 +31,17 @@ with them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import faust
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from processors.erasure import ERASURE_AGENT
 from schemas.errors import BadEvent
@@ -189,34 +192,64 @@ async def seal_and_publish(
     await retry_in_place(lambda: writer.send(dead_letter_topic, letters), what="dead letters")
 
 
+SWEEP_RETRY_S = 1.0
+"""The wait before sweeping again after a failed sweep; it doubles at each failure in
+a row, up to :data:`SWEEP_RETRY_MAX_S`."""
+
+SWEEP_RETRY_MAX_S = 300.0
+"""The longest wait between two sweeps that fail (a broker that keeps failing is asked
+this often, as the embedded Tansu is: it closes the connection on DeleteRecords)."""
+
+
 class Sweeper:
     """Deletes the clear records of ``engram.ingest`` once their sealed copies are
     acknowledged (Kafka's DeleteRecords), so they do not wait for the topic's
-    retention. Best effort: a broker that refuses (the embedded one may) is asked no
-    more, and the retention (see :data:`ops.topics.SHORT_LIVED`) stays the backstop."""
+    retention (a day, :data:`ops.topics.SHORT_LIVED`).
 
-    def __init__(self, bootstrap: str, consumer: Any) -> None:
+    ``committed()`` gives the group's committed offset of each partition. Never raises
+    (but cancellation). A sweep that fails for a reason that may pass (the broker
+    restarting or away, a timeout, a connection closed) keeps what it did not delete
+    and tries again at a later sweep, after a wait that doubles from ``retry_s`` to
+    ``retry_max_s``: every partition it was to sweep is swept then, even one no later
+    batch reads. A broker that refuses for good (a Kafka error that is not retriable:
+    the request unsupported or not authorised, a policy) is asked no more, and the
+    retention is the backstop. Apache Kafka checkpoints a partition's new start offset
+    about once a minute: a broker crash may bring back records deleted since, and the
+    next sweep of that partition deletes them again (its end is past them)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        committed: Callable[[], Mapping[TopicPartition, int | None]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        retry_s: float = SWEEP_RETRY_S,
+        retry_max_s: float = SWEEP_RETRY_MAX_S,
+    ) -> None:
         self.bootstrap = bootstrap
-        self.consumer = consumer
+        self.committed = committed
+        self.clock = clock
+        self.retry_s = retry_s
+        self.retry_max_s = retry_max_s
         self.admin: AIOKafkaAdminClient | None = None
+        self.pending: dict[TopicPartition, int] = {}
+        """Per partition, the offset before which records are to be deleted."""
         self.refused = False
+        self.failures = 0
+        """Sweeps failed in a row."""
+        self.next_try = 0.0
 
     async def sweep(self, messages: Sequence[Any]) -> None:
         """Delete what lies before both ``messages``' ends and the group's committed
-        offset: the worker never reads again below its committed offset, so it never
-        seeks into what was deleted."""
-        if self.refused or not messages:
+        offset (with what earlier failed sweeps left), unless a failed sweep's wait is
+        still running: the worker never reads again below its committed offset, so it
+        never seeks into what was deleted."""
+        if self.refused:
             return
-        committed: Mapping[Any, int | None] = self.consumer._committed_offset
-        ends: dict[TopicPartition, int] = {}
-        for m in messages:
-            tp = TopicPartition(m.topic, m.partition)
-            done = committed.get(tp)
-            if done is not None:
-                ends[tp] = min(max(ends.get(tp, 0), m.offset + 1), done)
-        ends = {tp: end for tp, end in ends.items() if end > 0}
-        if not ends:
+        self.gather(messages)
+        if not self.pending or self.clock() < self.next_try:
             return
+        ends = dict(self.pending)
         try:
             if self.admin is None:
                 self.admin = await started(AIOKafkaAdminClient(bootstrap_servers=self.bootstrap))
@@ -224,13 +257,72 @@ class Sweeper:
                 {tp: RecordsToDelete(before_offset=end) for tp, end in ends.items()},
                 timeout_ms=10_000,
             )
-        except Exception as error:  # the sealed copies are safe: only the sweep is lost
+        except Exception as error:  # the sealed copies are safe: only the sweep waits
+            await self._failed(error)
+            return
+        for tp, end in ends.items():
+            if self.pending.get(tp) == end:
+                del self.pending[tp]
+        if self.failures:
+            log.info("deleting swept ingest records again, after %d failed sweeps", self.failures)
+        self.failures, self.next_try = 0, 0.0
+
+    def gather(self, messages: Sequence[Any]) -> None:
+        """Add the ends of ``messages`` (each bounded by its partition's committed
+        offset) to :attr:`pending`."""
+        committed = self.committed()
+        for m in messages:
+            tp = TopicPartition(m.topic, m.partition)
+            done = committed.get(tp)
+            end = min(m.offset + 1, done) if done is not None else 0
+            if end > self.pending.get(tp, 0):
+                self.pending[tp] = end
+
+    async def _failed(self, error: Exception) -> None:
+        admin, self.admin = self.admin, None
+        if admin is not None:  # a new client at the next try: nothing stale kept
+            with contextlib.suppress(Exception):
+                await admin.close()
+        if not gives_way(error):
             self.refused = True
-            log.warning("cannot delete swept ingest records (%r): retention removes them", error)
+            self.pending.clear()
+            log.warning(
+                "the broker refuses to delete swept ingest records (%r): not asked again;"
+                " the topic's retention removes them",
+                error,
+            )
+            return
+        self.failures += 1
+        wait = min(self.retry_s * 2 ** (self.failures - 1), self.retry_max_s)
+        self.next_try = self.clock() + wait
+        log.log(
+            logging.WARNING if self.failures == 1 else logging.DEBUG,
+            "cannot delete swept ingest records (%r, %d failed in a row): trying again in"
+            " %.0f s; the topic's retention removes them meanwhile",
+            error,
+            self.failures,
+            wait,
+        )
 
     async def stop(self) -> None:
-        if self.admin is not None:
-            await self.admin.close()
+        """Close the admin client (a later sweep starts another)."""
+        admin, self.admin = self.admin, None
+        if admin is not None:
+            await admin.close()
+
+
+def gives_way(error: Exception) -> bool:
+    """Whether a failed DeleteRecords may succeed later: anything but a Kafka error
+    that is not retriable (aiokafka's own timeout is not marked retriable, but is)."""
+    if isinstance(error, KafkaTimeoutError):
+        return True
+    return not isinstance(error, KafkaError) or error.retriable
+
+
+def committed_offsets(app: Any) -> Mapping[TopicPartition, int | None]:
+    """The offsets ``app``'s consumer last committed, by partition."""
+    committed: Mapping[TopicPartition, int | None] = app.consumer._committed_offset
+    return committed
 
 
 def _source(message: Any) -> str:
@@ -268,7 +360,7 @@ def register_ingest(
     @app.agent(ingest, name="engram.ingest")
     async def seal(stream: faust.StreamT[bytes]) -> None:
         writer = keys.writer(bootstrap)
-        sweeper = Sweeper(bootstrap, app.consumer)
+        sweeper = Sweeper(bootstrap, lambda: committed_offsets(app))
         try:
             async for batch in agent_batches(stream, feed, batch_size, within):
                 acted = await in_order(

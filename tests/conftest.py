@@ -17,7 +17,7 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
-from tests.support import Stack, start_stack, worth_explaining
+from tests.support import Stack, broker_kind, start_stack, worth_explaining
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
@@ -25,11 +25,6 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 TEST_BROKERS = ("tansu", "kafka")
-
-
-def broker_kind() -> str:
-    """The broker the session runs on: ``$ENGRAM_TEST_BROKER``, ``tansu`` by default."""
-    return os.environ.get("ENGRAM_TEST_BROKER") or "tansu"
 
 
 def pytest_configure(config: pytest.Config) -> None:

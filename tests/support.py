@@ -26,6 +26,11 @@ NOISE = ("Unable connect to", "Unable to update metadata", "NodeNotReadyError")
 """aiokafka's lines of every retry while a broker is away: they bury the rest."""
 
 
+def broker_kind() -> str:
+    """The broker the session runs on: ``$ENGRAM_TEST_BROKER``, ``tansu`` by default."""
+    return os.environ.get("ENGRAM_TEST_BROKER") or "tansu"
+
+
 def worth_explaining(log: str) -> list[str]:
     """The lines of a stack's ``up.log`` that explain a failure: warnings, errors and
     ingest process exits, but :data:`NOISE`, each cut to 300 characters."""
