@@ -356,7 +356,7 @@ class Sealer:
         except (InvalidTag, ValueError):
             raise BadEvent(f"sealed {envelope.type} does not authenticate", raw) from None
         event = self.codec.decode(inner)
-        if _envelope_of(event, envelope.subject, envelope.key_id) != envelope:
+        if _envelope_of(event, envelope.key_id) != envelope:
             raise BadEvent(f"sealed {envelope.type} does not match its clear envelope", raw)
         if self.remember:
             RECENT.put(raw, _Handoff(event, envelope.subject, envelope.key_id, key, len(inner)))
@@ -497,7 +497,9 @@ def _envelope(record: dict[str, Any]) -> SealedEnvelope:
     )
 
 
-def _envelope_of(event: Event, subject: str, key_id: str) -> SealedEnvelope:
+def _envelope_of(event: Event, key_id: str) -> SealedEnvelope:
+    """The clear envelope ``event`` sealed under ``key_id`` has: its subject is the
+    event's own (:func:`subject_of`), whatever key sealed it."""
     seq = idx = None
     if isinstance(event, DerivedEvent):
         seq, idx = event.seq, event.idx
@@ -510,7 +512,7 @@ def _envelope_of(event: Event, subject: str, key_id: str) -> SealedEnvelope:
         occurred_at=event.occurred_at,
         seq=seq,
         idx=idx,
-        subject=subject if subject == subject_of(event) else f"<{subject_of(event)}>",
+        subject=subject_of(event),
         key_id=key_id,
     )
 

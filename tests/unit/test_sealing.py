@@ -15,6 +15,7 @@ from uuid import UUID
 
 import fastavro
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,6 +144,42 @@ def test_tampering_is_refused() -> None:
         sealer.open(raw + b"\x00")
     with pytest.raises(BadEvent, match="malformed sealed event"):
         sealer.open(raw[:-3])
+
+
+def test_an_event_sealed_under_another_subjects_key_is_refused() -> None:
+    """A holder of the master key could seal mei's event under the key of a subject
+    named ``<mei>``: erasing mei would then not shred it. Its clear envelope and the
+    event inside disagree on the subject, whichever road opens it."""
+    keys = book("mei", "<mei>")
+    sealer = Sealer(Codec(), keys, remember=False)
+    event = said("mei", i=7)
+    key_id, key = keys.data_key("<mei>")
+    nonce = secrets.token_bytes(12)
+    aad = "\x00".join(
+        ("engram.sealed.v1", str(event.event_id), event.type, event.agent_id, "<mei>", key_id)
+    ).encode()
+    record = {
+        "event_id": str(event.event_id),
+        "type": event.type,
+        "agent_id": event.agent_id,
+        "session_id": event.session_id,
+        "user_id": event.user_id,
+        "occurred_at": event.occurred_at,
+        "seq": None,
+        "idx": None,
+        "subject": "<mei>",
+        "key_id": key_id,
+        "nonce": nonce,
+        "ciphertext": AESGCM(key).encrypt(nonce, Codec().encode(event), aad),
+    }
+    with pytest.raises(BadEvent, match="does not match its clear envelope"):
+        sealer.open(write_sealed(record))
+    record["subject"] = "mei"  # the same, under mei's own key, opens
+    key_id, key = keys.data_key("mei")
+    record["key_id"] = key_id
+    aad = aad.replace(b"<mei>", b"mei").replace(aad.split(b"\x00")[-1], key_id.encode())
+    record["ciphertext"] = AESGCM(key).encrypt(nonce, Codec().encode(event), aad)
+    assert sealer.open(write_sealed(record)) == event
 
 
 def rewrite_field(raw: bytes, name: str) -> Any:
