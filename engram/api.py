@@ -43,6 +43,40 @@ log = logging.getLogger("engram.api")
 MAX_BATCH = 10_000
 """Most events one ``POST /v1/events`` may carry."""
 
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Most bytes a ``POST /v1/events`` body may hold (raised to eight times the size limit
+of one event when that is larger, so one event of the largest size always fits): the
+stack's worker shares the process, and a body is held whole while it is validated."""
+
+MAX_QUERY_BYTES = 16 * 1024 * 1024
+"""Most bytes of a query's ``POST /`` body (the text of one read-only query)."""
+
+
+class TooLarge(Exception):
+    """A request body over its limit; the rest of it was not read."""
+
+    def __init__(self, limit: int, size: int | None = None) -> None:
+        said = f"{size} bytes" if size is not None else "more bytes"
+        super().__init__(f"the request body holds {said}, over the limit of {limit} bytes")
+        self.limit = limit
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """The request's body, or TooLarge as soon as its ``Content-Length`` or the bytes
+    read so far pass ``limit`` (the rest is never read into memory)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(limit, int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 Publish = Callable[[Sequence[Event]], Awaitable[None]]
 
 EXAMPLE_EVENT: dict[str, Any] = {
@@ -177,6 +211,7 @@ def _problem_response(refused: Refused) -> JSONResponse:
 def events_router(codec: Codec, publish: Publish) -> APIRouter:
     """``POST /v1/events``: validate all, then publish all, or publish nothing."""
     router = APIRouter(tags=["events"])
+    limit = max(MAX_BODY_BYTES, 8 * codec.max_bytes)
     body_schema = {
         "oneOf": [
             {"type": "object", "description": "one event"},
@@ -190,12 +225,16 @@ def events_router(codec: Codec, publish: Publish) -> APIRouter:
         response_model=Accepted,
         summary="Publish raw events",
         description=(
-            "Body: one event (JSON object) or an array of up to 10 000. Every event is "
-            "validated (schema, raw type, encoded size) before any is published."
+            "Body: one event (JSON object) or an array of up to 10 000, at most 64 MiB."
+            " Every event is validated (schema, raw type, encoded size) before any is"
+            " published."
         ),
         responses={
             400: {"model": Problem, "description": "malformed JSON"},
-            413: {"model": Problem, "description": "more than 10 000 events"},
+            413: {
+                "model": Problem,
+                "description": "more than 10 000 events, or a body over 64 MiB",
+            },
             422: {"model": Problem, "description": "an invalid event, or an empty array"},
             503: {"model": Problem, "description": "the log did not take the events"},
         },
@@ -208,7 +247,7 @@ def events_router(codec: Codec, publish: Publish) -> APIRouter:
     )
     async def publish_events(request: Request) -> Accepted | JSONResponse:
         try:
-            events = validate_batch(codec, parse_batch(await request.body()))
+            events = validate_batch(codec, parse_batch(await events_body(request, limit)))
         except Refused as refused:
             return _problem_response(refused)
         try:
@@ -221,6 +260,15 @@ def events_router(codec: Codec, publish: Publish) -> APIRouter:
         return Accepted(accepted=len(events), event_ids=[e.event_id for e in events])
 
     return router
+
+
+async def events_body(request: Request, limit: int) -> bytes:
+    """The body of ``POST /v1/events``, or Refused(413) past ``limit`` bytes."""
+    try:
+        return await bounded_body(request, limit)
+    except TooLarge as error:
+        problem = Problem(error="request too large", reason=f"{error}: send fewer events at once")
+        raise Refused(413, problem) from None
 
 
 # -- POST /v1/erasures ----------------------------------------------------
@@ -298,18 +346,20 @@ READONLY = 164
 SYNTAX_ERROR = 62
 BAD_ARGUMENTS = 36
 NOT_IMPLEMENTED = 48
+QUERY_IS_TOO_LARGE = 229
 _NAMES = {
     READONLY: "READONLY",
     SYNTAX_ERROR: "SYNTAX_ERROR",
     BAD_ARGUMENTS: "BAD_ARGUMENTS",
     NOT_IMPLEMENTED: "NOT_IMPLEMENTED",
+    QUERY_IS_TOO_LARGE: "QUERY_IS_TOO_LARGE",
 }
 
 _STATUS_BY_CODE = {
     **dict.fromkeys((READONLY, 497), 403),  # READONLY (our choice), ACCESS_DENIED
     **dict.fromkeys((6, 8, 25, 26, 27, 36, 38, 41, 44, 53, 62, 72, 117, 376), 400),
     **dict.fromkeys((46, 47, 50, 60, 63, 73, 81, 115), 404),  # UNKNOWN_*
-    229: 413,  # QUERY_IS_TOO_LARGE
+    QUERY_IS_TOO_LARGE: 413,
     159: 408,  # TIMEOUT_EXCEEDED
     NOT_IMPLEMENTED: 501,
 }
@@ -517,7 +567,10 @@ def clickhouse_router(gate: QueryGate) -> APIRouter:
         operation_id="query_post",
     )
     async def query(request: Request) -> Response:
-        body = await request.body()
+        try:
+            body = await bounded_body(request, MAX_QUERY_BYTES)
+        except TooLarge as error:
+            return _error_answer(ClickHouseError(QUERY_IS_TOO_LARGE, str(error)), "")
         try:
             http_query = read_http_query(
                 request.method, request.query_params, request.headers, body

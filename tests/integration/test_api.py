@@ -26,7 +26,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from fastapi import FastAPI
 
-from engram.api import MAX_BATCH, create_api
+from engram.api import MAX_BATCH, MAX_BODY_BYTES, MAX_QUERY_BYTES, create_api
 from engram.sqlgate import QueryFailed, QueryGate, ReadOnlyViolation
 from schemas import RAW_TYPE_NAMES, Codec, Event
 
@@ -415,6 +415,45 @@ def test_an_empty_array_is_422_and_an_oversized_batch_413(
     assert too_many.status_code == 413
     assert too_many.json()["reason"] == "10001 events, over the limit of 10000 per request"
     assert published == []
+
+
+def test_a_body_over_the_limit_is_413_without_being_read(
+    http: httpx.Client, published: list[Event]
+) -> None:
+    """Declared too large (``Content-Length``), or found so while it streams in (chunked,
+    no length): refused as soon as the limit is passed, nothing published."""
+    over = b"[" + b" " * MAX_BODY_BYTES + b"]"
+    declared = http.post("/v1/events", content=over, headers={"content-type": "application/json"})
+    assert declared.status_code == 413
+    assert declared.json() == {
+        "error": "request too large",
+        "reason": f"the request body holds {len(over)} bytes, over the limit of"
+        f" {MAX_BODY_BYTES} bytes: send fewer events at once",
+    }
+
+    def chunks() -> Iterator[bytes]:
+        yield b"["
+        for _ in range(MAX_BODY_BYTES // (1 << 20) + 1):
+            yield b" " * (1 << 20)
+        yield b"]"
+
+    streamed = http.post(
+        "/v1/events", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert streamed.status_code == 413
+    assert "more bytes, over the limit of" in streamed.json()["reason"]
+    assert published == []
+    one = event()
+    assert http.post("/v1/events", json=one).status_code == 202  # the server still serves
+    assert [str(e.event_id) for e in published] == [one["event_id"]]
+
+
+def test_a_query_body_over_the_limit_is_query_is_too_large(http: httpx.Client) -> None:
+    response = http.post("/", content=b"SELECT 1 " + b" " * MAX_QUERY_BYTES)
+    assert response.status_code == 413
+    assert response.headers["X-ClickHouse-Exception-Code"] == "229"
+    assert response.text.startswith("Code: 229. DB::Exception: the request body holds")
+    assert response.text.rstrip().endswith("(QUERY_IS_TOO_LARGE)")
 
 
 async def test_a_failing_publish_is_503(api: Api) -> None:
