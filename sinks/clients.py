@@ -25,16 +25,16 @@ async def started(client: C) -> C:
     try:
         await client.start()
     except BaseException:
-        await _close(client)
+        await close_quietly(client)
         raise
     return client
 
 
-async def _close(client: object) -> None:
-    """Stop ``client`` (an admin client closes), never raising but cancellation: what a
-    failed close leaves is what a failed start left."""
+async def close_quietly(client: object) -> None:
+    """Stop ``client`` (an admin client closes), never raising but cancellation: the
+    caller is already handling a failure (a start, a request), which is the one to tell."""
     end = getattr(client, "stop", None) or getattr(client, "close", None)
     if end is None:
         return
-    with contextlib.suppress(Exception):  # already failing: the start's error is the one
+    with contextlib.suppress(Exception):
         await end()

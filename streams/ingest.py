@@ -31,7 +31,6 @@ with them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,7 +45,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 from processors.erasure import ERASURE_AGENT
 from schemas.errors import BadEvent
 from schemas.sealed import SealingCodec
-from sinks.clients import started
+from sinks.clients import close_quietly, started
 from sinks.keys import KafkaKeyring, cover
 from streams import faults
 from streams.app import agent_batches, direct_feed
@@ -281,8 +280,7 @@ class Sweeper:
     async def _failed(self, error: Exception) -> None:
         admin, self.admin = self.admin, None
         if admin is not None:  # a new client at the next try: nothing stale kept
-            with contextlib.suppress(Exception):
-                await admin.close()
+            await close_quietly(admin)
         if not gives_way(error):
             self.refused = True
             self.pending.clear()
