@@ -8,6 +8,9 @@
 - ``/`` and ``/ping``: the subset of ClickHouse's HTTP interface that ``curl``
   and clickhouse-connect's HTTP client use, read-only, over :class:`QueryGate`.
 
+Bodies are bounded before they are held whole (the worker shares the process): 64 MiB
+for events, 16 MiB for a query, 1 MiB for anything else; past that, 413.
+
 Everything the API touches comes through :func:`create_api`; it holds no
 global state.
 """
@@ -51,6 +54,14 @@ stack's worker shares the process, and a body is held whole while it is validate
 MAX_QUERY_BYTES = 16 * 1024 * 1024
 """Most bytes of a query's ``POST /`` body (the text of one read-only query)."""
 
+MAX_OTHER_BODY_BYTES = 1024 * 1024
+"""Most bytes of any other request's body (a recall, an erasure: small JSON objects),
+checked by :class:`BodyLimit` before the endpoint reads it."""
+
+OWN_LIMITS = frozenset({"/v1/events", "/"})
+"""The paths whose endpoints bound their bodies themselves (and answer in their own
+format): :class:`BodyLimit` lets them through."""
+
 
 class TooLarge(Exception):
     """A request body over its limit; the rest of it was not read."""
@@ -91,6 +102,62 @@ EXAMPLE_EVENT: dict[str, Any] = {
 }
 
 
+class BodyLimit:
+    """ASGI middleware: a request with a body, on a path not in ``exempt``, is read
+    (at most ``limit`` bytes) before the endpoint sees it, and answered 413 with a
+    :class:`Problem` when it holds more, without reading the rest. Anything else
+    passes untouched."""
+
+    def __init__(
+        self, app: Any, limit: int = MAX_OTHER_BODY_BYTES, exempt: frozenset[str] = OWN_LIMITS
+    ) -> None:
+        self.app = app
+        self.limit = limit
+        self.exempt = exempt
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in ("GET", "HEAD", "OPTIONS")
+            or scope["path"] in self.exempt
+        ):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        messages: list[Any] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        reason = f"the request body holds more than {self.limit} bytes, over the limit"
+        problem = Problem(error="request too large", reason=reason)
+        body = problem.model_dump_json(exclude_none=True).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 def create_api(
     *,
     codec: Codec,
@@ -115,6 +182,7 @@ def create_api(
     if erase is not None:
         app.include_router(erasures_router(erase))
     app.include_router(clickhouse_router(gate))
+    app.add_middleware(BodyLimit)
     return app
 
 

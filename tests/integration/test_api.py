@@ -8,6 +8,7 @@ so modules that run after it may open their own.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -26,7 +27,13 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from fastapi import FastAPI
 
-from engram.api import MAX_BATCH, MAX_BODY_BYTES, MAX_QUERY_BYTES, create_api
+from engram.api import (
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_OTHER_BODY_BYTES,
+    MAX_QUERY_BYTES,
+    create_api,
+)
 from engram.sqlgate import QueryFailed, QueryGate, ReadOnlyViolation
 from schemas import RAW_TYPE_NAMES, Codec, Event
 
@@ -454,6 +461,55 @@ def test_a_query_body_over_the_limit_is_query_is_too_large(http: httpx.Client) -
     assert response.headers["X-ClickHouse-Exception-Code"] == "229"
     assert response.text.startswith("Code: 229. DB::Exception: the request body holds")
     assert response.text.rstrip().endswith("(QUERY_IS_TOO_LARGE)")
+
+
+def test_any_other_body_over_a_mebibyte_is_413_before_its_endpoint_reads_it(api: Api) -> None:
+    """An erasure (or a recall) is a small JSON object: a body over
+    ``MAX_OTHER_BODY_BYTES``, declared or streamed, is refused before the endpoint
+    parses it; a request within the limit is served as before."""
+    erased: list[str] = []
+
+    async def erase(subject: str, reason: str | None) -> uuid.UUID:
+        erased.append(subject)
+        return uuid.uuid4()
+
+    app = create_api(
+        codec=Codec(max_bytes=MAX_EVENT_BYTES, accept=RAW_TYPE_NAMES),
+        publish=lambda events: asyncio.sleep(0),
+        gate=api.gate,
+        info=lambda: {},
+        erase=erase,
+    )
+    server, thread, port = serve(app)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http:
+            padded = {"subject": "mei", "reason": "x" * MAX_OTHER_BODY_BYTES}
+            declared = http.post("/v1/erasures", json=padded)
+            assert declared.status_code == 413
+            assert declared.json() == {
+                "error": "request too large",
+                "reason": f"the request body holds more than {MAX_OTHER_BODY_BYTES} bytes,"
+                " over the limit",
+            }
+
+            def chunks() -> Iterator[bytes]:
+                yield b'{"subject": "mei", "reason": "'
+                for _ in range(MAX_OTHER_BODY_BYTES // 65536 + 1):
+                    yield b"x" * 65536
+                yield b'"}'
+
+            streamed = http.post(
+                "/v1/erasures", content=chunks(), headers={"content-type": "application/json"}
+            )
+            assert streamed.status_code == 413
+            assert erased == []
+            fine = http.post("/v1/erasures", json={"subject": "mei", "reason": "asked"})
+            assert fine.status_code == 202, fine.text
+            assert erased == ["mei"]
+            assert http.get("/ping").text == "Ok.\n"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
 
 
 async def test_a_failing_publish_is_503(api: Api) -> None:
