@@ -269,11 +269,16 @@ class Sweeper:
     def gather(self, messages: Sequence[Any]) -> None:
         """Add the ends of ``messages`` (each bounded by its partition's committed
         offset) to :attr:`pending`."""
-        committed = self.committed()
+        last: dict[tuple[str, int], int] = {}  # one TopicPartition a partition, not a message
         for m in messages:
-            tp = TopicPartition(m.topic, m.partition)
+            key = (m.topic, m.partition)
+            if m.offset > last.get(key, -1):
+                last[key] = m.offset
+        committed = self.committed()
+        for (topic, partition), offset in last.items():
+            tp = TopicPartition(topic, partition)
             done = committed.get(tp)
-            end = min(m.offset + 1, done) if done is not None else 0
+            end = min(offset + 1, done) if done is not None else 0
             if end > self.pending.get(tp, 0):
                 self.pending[tp] = end
 
