@@ -125,7 +125,7 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(send)
+            await self._refuse(send, TooLarge(self.limit, int(declared)))
             return
         messages: list[Any] = []
         size = 0
@@ -136,7 +136,7 @@ class BodyLimit:
                 break
             size += len(message.get("body", b""))
             if size > self.limit:
-                await self._refuse(send)
+                await self._refuse(send, TooLarge(self.limit))
                 return
             if not message.get("more_body", False):
                 break
@@ -146,9 +146,8 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Any) -> None:
-        reason = f"the request body holds more than {self.limit} bytes, over the limit"
-        problem = Problem(error="request too large", reason=reason)
+    async def _refuse(self, send: Any, error: TooLarge) -> None:
+        problem = Problem(error="request too large", reason=str(error))
         body = problem.model_dump_json(exclude_none=True).encode()
         headers = [
             (b"content-type", b"application/json"),

@@ -488,8 +488,8 @@ def test_any_other_body_over_a_mebibyte_is_413_before_its_endpoint_reads_it(api:
             assert declared.status_code == 413
             assert declared.json() == {
                 "error": "request too large",
-                "reason": f"the request body holds more than {MAX_OTHER_BODY_BYTES} bytes,"
-                " over the limit",
+                "reason": f"the request body holds {len(declared.request.content)} bytes,"
+                f" over the limit of {MAX_OTHER_BODY_BYTES} bytes",
             }
 
             def chunks() -> Iterator[bytes]:
@@ -502,6 +502,7 @@ def test_any_other_body_over_a_mebibyte_is_413_before_its_endpoint_reads_it(api:
                 "/v1/erasures", content=chunks(), headers={"content-type": "application/json"}
             )
             assert streamed.status_code == 413
+            assert "more bytes, over the limit of" in streamed.json()["reason"]
             assert erased == []
             fine = http.post("/v1/erasures", json={"subject": "mei", "reason": "asked"})
             assert fine.status_code == 202, fine.text
