@@ -213,8 +213,9 @@ class Sweeper:
     batch reads. A broker that refuses for good (a Kafka error that is not retriable:
     the request unsupported or not authorised, a policy) is asked no more, and the
     retention is the backstop. Apache Kafka checkpoints a partition's new start offset
-    about once a minute: a broker crash may bring back records deleted since, and the
-    next sweep of that partition deletes them again (its end is past them)."""
+    about once a minute, so a broker crash may bring back records deleted since: every
+    sweep asks again for every partition swept before (a no-op where nothing came
+    back), so the next one deletes them again, on a partition no batch reads too."""
 
     def __init__(
         self,
@@ -233,6 +234,9 @@ class Sweeper:
         self.admin: AIOKafkaAdminClient | None = None
         self.pending: dict[TopicPartition, int] = {}
         """Per partition, the offset before which records are to be deleted."""
+        self.swept: dict[TopicPartition, int] = {}
+        """Per partition, the offset before which records were deleted: asked again with
+        every sweep, so that what a broker crash brought back goes at the next one."""
         self.refused = False
         self.failures = 0
         """Sweeps failed in a row."""
@@ -248,7 +252,7 @@ class Sweeper:
         self.gather(messages)
         if not self.pending or self.clock() < self.next_try:
             return
-        ends = dict(self.pending)
+        ends = self.swept | self.pending  # gather keeps a pending end past the swept one
         try:
             if self.admin is None:
                 self.admin = await started(AIOKafkaAdminClient(bootstrap_servers=self.bootstrap))
@@ -259,6 +263,7 @@ class Sweeper:
         except Exception as error:  # the sealed copies are safe: only the sweep waits
             await self._failed(error)
             return
+        self.swept = ends
         for tp, end in ends.items():
             if self.pending.get(tp) == end:
                 del self.pending[tp]
@@ -268,7 +273,7 @@ class Sweeper:
 
     def gather(self, messages: Sequence[Any]) -> None:
         """Add the ends of ``messages`` (each bounded by its partition's committed
-        offset) to :attr:`pending`."""
+        offset) to :attr:`pending`, where they are past what is pending or swept."""
         last: dict[tuple[str, int], int] = {}  # one TopicPartition a partition, not a message
         for m in messages:
             key = (m.topic, m.partition)
@@ -279,7 +284,7 @@ class Sweeper:
             tp = TopicPartition(topic, partition)
             done = committed.get(tp)
             end = min(offset + 1, done) if done is not None else 0
-            if end > self.pending.get(tp, 0):
+            if end > max(self.pending.get(tp, 0), self.swept.get(tp, 0)):
                 self.pending[tp] = end
 
     async def _failed(self, error: Exception) -> None:
