@@ -352,7 +352,7 @@ def reprocess(
     Example: engram reprocess --config fsrs.toml   (fsrs.toml: [forgetting] curve = "fsrs")
     """
     from engram.client import read_up_file
-    from ops.reprocess import ReprocessFailed, load_config, run_reprocess
+    from ops.reprocess import ReprocessFailed, load_config, member_patience, run_reprocess
 
     settings = load_settings()
     if not show and config is None:
@@ -376,7 +376,12 @@ def reprocess(
     assert parsed is not None
     try:
         status = run_reprocess(
-            str(up["http"]), parsed, keep=keep, max_rate=max_rate, console=console
+            str(up["http"]),
+            parsed,
+            keep=keep,
+            max_rate=max_rate,
+            console=console,
+            patience_s=max(member_patience(settings.group_timeouts()[0]), member_patience(None)),
         )
     except (ReprocessFailed, httpx.HTTPError) as error:
         raise fail(f"reprocess: {error}") from None

@@ -371,6 +371,19 @@ class VectorCache:
 # --------------------------------------------------------------------------- the job
 
 
+FAUST_SESSION_TIMEOUT_S = 60.0
+"""faust's consumer session timeout, where ``ENGRAM_SESSION_TIMEOUT_S`` sets none."""
+
+MEMBER_MARGIN_S = 5.0
+
+
+def member_patience(session_timeout_s: float | None) -> float:
+    """How long a reprocess waits for its worker group to come down to one member: a
+    worker that died (or this stack's previous life) stays a member until its session
+    times out, so the group's session timeout (faust's when none is set) and a margin."""
+    return (session_timeout_s or FAUST_SESSION_TIMEOUT_S) + MEMBER_MARGIN_S
+
+
 @dataclass
 class Parts:
     """What a reprocess runs with: the stack's stores, keys and worker."""
@@ -393,6 +406,8 @@ class Parts:
     codec over them."""
     on_swapped: Callable[[Derivation], None] = lambda _: None
     stop_timeout_s: float = 60.0
+    member_patience_s: float = member_patience(None)
+    """How long a reprocess waits for the worker group to come down to one member."""
 
 
 def plan(previous: Derivation, config: MemoryConfig, base_topic: str) -> Derivation:
@@ -742,15 +757,10 @@ async def group_members(bootstrap: str, group: str, tries: int = 3) -> int | Non
     return None
 
 
-MEMBER_PATIENCE_S = 30.0
-"""How long a reprocess waits for its worker group to come down to one member: a worker
-that died (or this stack's previous life) stays a member until its session times out."""
-
-
-async def only_member(bootstrap: str, group: str) -> int | None:
-    """The members of ``group`` once it has at most one, or after
-    :data:`MEMBER_PATIENCE_S` (None: the broker would not say)."""
-    deadline = time.monotonic() + MEMBER_PATIENCE_S
+async def only_member(bootstrap: str, group: str, patience_s: float) -> int | None:
+    """The members of ``group`` once it has at most one, or after ``patience_s``
+    (None: the broker would not say)."""
+    deadline = time.monotonic() + patience_s
     while True:
         members = await group_members(bootstrap, group)
         if members is None or members <= 1 or time.monotonic() > deadline:
@@ -903,7 +913,7 @@ def reprocess_router(reprocesses: Reprocesses) -> APIRouter:
         responses={409: {"model": Problem}},
     )
     async def start(request: ReprocessRequest) -> ReprocessStatus | JSONResponse:
-        members = await only_member(parts.bootstrap, parts.group)
+        members = await only_member(parts.bootstrap, parts.group, parts.member_patience_s)
         if members is not None and members > 1:
             return problem(
                 409,
@@ -970,9 +980,11 @@ def run_reprocess(
     max_rate: float | None,
     console: Console,
     poll_s: float = 0.25,
+    patience_s: float = member_patience(None),
 ) -> ReprocessStatus:
     """Start a reprocess on the stack at ``http`` and follow it with a progress bar until
-    it ends; Ctrl-C cancels it (before its swap) and waits for that."""
+    it ends; Ctrl-C cancels it (before its swap) and waits for that. ``patience_s``: how
+    long the stack may wait for its worker group to come down to one member."""
     body = {"config": config.model_dump(mode="json"), "keep": keep, "max_rate": max_rate}
 
     def read(response: httpx.Response) -> ReprocessStatus:
@@ -980,7 +992,7 @@ def run_reprocess(
 
     with httpx.Client(base_url=http, timeout=30) as client:
         started = client.post(  # may wait for the worker group to come down to one member
-            "/v1/admin/reprocess", json=body, timeout=MEMBER_PATIENCE_S + 60
+            "/v1/admin/reprocess", json=body, timeout=patience_s + 60
         )
         status = read(started)
         title = f"reprocess to generation {status.generation}"

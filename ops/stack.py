@@ -38,7 +38,14 @@ from ops.broker import EmbeddedBroker
 from ops.http import HttpThread
 from ops.ingest_child import IngestChild, ingest_group, register_hop
 from ops.rebuild import GatedIndex, Rebuilds, rebuild_router
-from ops.reprocess import Parts, Reprocesses, WorkerControl, recover, reprocess_router
+from ops.reprocess import (
+    Parts,
+    Reprocesses,
+    WorkerControl,
+    member_patience,
+    recover,
+    reprocess_router,
+)
 from ops.restore import restore_log
 from ops.topics import ensure_topics, pipeline_topics
 from ops.worker import run_worker, worker_app, worker_keys
@@ -302,6 +309,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             codec=Codec(max_bytes=settings.max_event_bytes),
             control=control,
             make_keys=(lambda: worker_keys(settings, bootstrap)) if settings.sealing else None,
+            member_patience_s=member_patience(settings.group_timeouts()[0]),
         )
         live = asyncio.run(recover(parts))
         if restored:  # a fresh broker: the derived topic is folded again from the start
