@@ -424,6 +424,15 @@ def test_an_empty_array_is_422_and_an_oversized_batch_413(
     assert published == []
 
 
+def streamed_past(limit: int, head: bytes, filler: bytes, tail: bytes) -> Iterator[bytes]:
+    """A body sent without a length: ``head``, more than ``limit`` bytes of ``filler``
+    in pieces of 64 KiB, then ``tail``."""
+    yield head
+    for _ in range(limit // 65536 + 1):
+        yield filler * 65536
+    yield tail
+
+
 def test_a_body_over_the_limit_is_413_without_being_read(
     http: httpx.Client, published: list[Event]
 ) -> None:
@@ -438,14 +447,10 @@ def test_a_body_over_the_limit_is_413_without_being_read(
         f" {MAX_BODY_BYTES} bytes: send fewer events at once",
     }
 
-    def chunks() -> Iterator[bytes]:
-        yield b"["
-        for _ in range(MAX_BODY_BYTES // (1 << 20) + 1):
-            yield b" " * (1 << 20)
-        yield b"]"
-
     streamed = http.post(
-        "/v1/events", content=chunks(), headers={"content-type": "application/json"}
+        "/v1/events",
+        content=streamed_past(MAX_BODY_BYTES, b"[", b" ", b"]"),
+        headers={"content-type": "application/json"},
     )
     assert streamed.status_code == 413
     assert "more bytes, over the limit of" in streamed.json()["reason"]
@@ -492,14 +497,12 @@ def test_any_other_body_over_a_mebibyte_is_413_before_its_endpoint_reads_it(api:
                 f" over the limit of {MAX_OTHER_BODY_BYTES} bytes",
             }
 
-            def chunks() -> Iterator[bytes]:
-                yield b'{"subject": "mei", "reason": "'
-                for _ in range(MAX_OTHER_BODY_BYTES // 65536 + 1):
-                    yield b"x" * 65536
-                yield b'"}'
-
             streamed = http.post(
-                "/v1/erasures", content=chunks(), headers={"content-type": "application/json"}
+                "/v1/erasures",
+                content=streamed_past(
+                    MAX_OTHER_BODY_BYTES, b'{"subject": "mei", "reason": "', b"x", b'"}'
+                ),
+                headers={"content-type": "application/json"},
             )
             assert streamed.status_code == 413
             assert "more bytes, over the limit of" in streamed.json()["reason"]
