@@ -263,10 +263,7 @@ class Sweeper:
         except Exception as error:  # the sealed copies are safe: only the sweep waits
             await self._failed(error)
             return
-        self.swept = ends
-        for tp, end in ends.items():
-            if self.pending.get(tp) == end:
-                del self.pending[tp]
+        self.swept, self.pending = ends, {}  # every pending end was in the request
         if self.failures:
             log.info("deleting swept ingest records again, after %d failed sweeps", self.failures)
         self.failures, self.next_try = 0, 0.0
