@@ -7,6 +7,7 @@ them at servers uses those instead.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -41,8 +42,8 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise SettingsError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise SettingsError(f"{name}={value} must be positive")
+    if not 0 < value < math.inf:
+        raise SettingsError(f"{name}={value} must be a positive number")
     return value
 
 
@@ -160,6 +161,11 @@ class Settings:
     llm_model: str | None = None
     llm_api_key: str | None = field(default=None, repr=False)
     llm_timeout_s: float = 20.0
+    query_timeout_s: float = 60.0
+    """``ENGRAM_QUERY_TIMEOUT_S``: the longest a read through the stack's SQL endpoint
+    (or its history and snapshot reads) may run; the history's writes wait behind it."""
+    query_max_memory_mb: int = 4096
+    """``ENGRAM_QUERY_MAX_MEMORY_MB``: the most memory one such read may take."""
     ingest_topic: str = "engram.ingest"
     keys_topic: str = "engram.keys"
     seal: bool = True
@@ -209,6 +215,8 @@ class Settings:
             llm_model=_llm_model(env, llm_url),
             llm_api_key=env.get("ENGRAM_LLM_API_KEY") or None,
             llm_timeout_s=_float(env, "ENGRAM_LLM_TIMEOUT_S", 20.0),
+            query_timeout_s=_float(env, "ENGRAM_QUERY_TIMEOUT_S", 60.0),
+            query_max_memory_mb=_int(env, "ENGRAM_QUERY_MAX_MEMORY_MB", 4096),
             seal=_switch(env, "ENGRAM_SEAL"),
             direct_feed=_switch(env, "ENGRAM_DIRECT_FEED"),
             master_key_base64=env.get("ENGRAM_MASTER_KEY") or None,

@@ -316,16 +316,35 @@ OUTSIDE_FUNCTIONS = frozenset(
         "hdfscluster", "remote", "remotesecure", "cluster", "clusterallreplicas", "mysql",
         "postgresql", "mongodb", "redis", "sqlite", "jdbc", "odbc", "executable", "input",
         "deltalake", "hudi", "iceberg", "filesystem", "fuzzjson", "fuzzquery", "loop",
+        "python",
     }
 )  # fmt: skip
-"""Table functions that reach outside the history (files, URLs, other servers, programs)."""
+"""Functions that reach outside the history (files, URLs, other servers, programs).
+``file`` is also an ordinary function, ``file(path)``: the engine's read-only mode does
+not stop it, and chdb does not confine it to ``user_files_path``. This check is all
+that keeps it from the master key, the data keys and the part files of erased rows."""
+
+OUTSIDE_PREFIXES = ("iceberg", "deltalake", "hudi", "s3", "azure", "hdfs", "gcs")
+"""Families of table functions that read lakes and object stores (``icebergLocal``,
+``deltaLakeS3``, ...); no ordinary function's name starts so."""
 
 
 def _check_table_functions(statement: list[Token]) -> None:
-    """Refuse calls of table functions that read outside engram's own tables."""
+    """Refuse calls of functions that read outside engram's own tables, and calls of
+    a quoted name: the engine unescapes `` `file` ``, ``"file"`` and `` `\x66ile` ``
+    alike into ``file``, so a quoted name is refused whatever it spells."""
     for token, following in itertools.pairwise(statement):
-        called = token.kind == "word" and following.text == "("
-        if called and token.text.lower() in OUTSIDE_FUNCTIONS:
+        if following.text != "(" or following.kind != "punct":
+            continue
+        if token.kind == "quoted":
+            raise ReadOnlyViolation(
+                f"{token.text}()",
+                "a function may not be called by a quoted name here: spell its name plainly",
+            )
+        name = token.text.lower()
+        if token.kind == "word" and (
+            name in OUTSIDE_FUNCTIONS or name.startswith(OUTSIDE_PREFIXES)
+        ):
             raise ReadOnlyViolation(
                 f"{token.text}()",
                 f"the table function {token.text}() reads outside the history; only engram's "
@@ -438,12 +457,18 @@ class QueryGate:
     is read-only already). Every call into either runs on :attr:`executor`, one
     thread, in submission order; a sink that shares it must be done before
     :meth:`close`.
+
+    Each read is bounded by ``limits`` (:class:`QueryLimits`), set before the lock so
+    that no query can lift them: a sink sharing the thread waits at most that long
+    behind an analyst's query. A server user that is read-only already has its
+    profile's limits instead.
     """
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, limits: QueryLimits | None = None) -> None:
         self.client = client
+        self.limits = limits or QueryLimits()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-sql")
-        reader = self.executor.submit(_open_reader, client).result()
+        reader = self.executor.submit(_open_reader, client, self.limits).result()
         self._reader, self._query_settings, self._owns_reader = reader
         self.timezone: str = self.executor.submit(self._engine_timezone).result()
 
@@ -488,7 +513,9 @@ class QueryGate:
         query = check_read_only(sql)
         out_fmt = check_format(query.fmt or fmt)
         merged = {**check_settings(settings or {}), **self._query_settings}
-        text = bind_placeholders(query.text, params) if params else query.text
+        text = query.text
+        if params:  # an Identifier's value lands in the text: check what will run
+            text = check_read_only(bind_placeholders(text, params)).text
         return await self._run(
             lambda: self._reader.raw_query(text, settings=merged or None, fmt=out_fmt)
         )
@@ -518,18 +545,42 @@ class QueryGate:
         self.executor.shutdown(wait=True)
 
 
-def _open_reader(client: Client) -> tuple[Client, dict[str, str], bool]:
-    """(client to read through, settings for each query, whether the gate owns it)."""
+@dataclass(frozen=True)
+class QueryLimits:
+    """What one read through the gate may take: ``timeout_s`` seconds of execution
+    (then ClickHouse's ``TIMEOUT_EXCEEDED``, code 159) and ``max_memory_bytes`` of
+    memory (then ``MEMORY_LIMIT_EXCEEDED``, code 241). ValueError unless positive."""
+
+    timeout_s: float = 60.0
+    max_memory_bytes: int = 4 << 30
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0 or self.max_memory_bytes <= 0:
+            raise ValueError(f"query limits must be positive, got {self}")
+
+    def settings(self) -> dict[str, str]:
+        """The engine settings that enforce them."""
+        return {
+            "max_execution_time": f"{self.timeout_s:g}",
+            "max_memory_usage": str(self.max_memory_bytes),
+        }
+
+
+def _open_reader(client: Client, limits: QueryLimits) -> tuple[Client, dict[str, str], bool]:
+    """(client to read through, settings for each query, whether the gate owns it).
+    The limits come before ``readonly``: once it is set, no query can change them."""
     path = getattr(client, "path", None)
     if client.uri.startswith("chdb:") and isinstance(path, str):
         reader = clickhouse_connect.get_client(
             interface="chdb", path=path, database=client.database
         )
+        for name, value in limits.settings().items():
+            reader.set_client_setting(name, value)
         reader.set_client_setting("readonly", "1")
         return reader, {}, True
     current = client.server_settings.get("readonly")
     already = current is not None and current.value != "0"
-    return client, ({} if already else {"readonly": "1"}), False
+    return client, ({} if already else {**limits.settings(), "readonly": "1"}), False
 
 
 def bind_placeholders(sql: str, params: Mapping[str, str]) -> str:

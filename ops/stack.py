@@ -32,7 +32,7 @@ from engram.letters import Opener, letters_router
 from engram.recall import Recaller
 from engram.service import MemoryService, memory_router
 from engram.settings import Settings
-from engram.sqlgate import QueryGate
+from engram.sqlgate import QueryGate, QueryLimits
 from engram.status import Projections, status_router
 from ops.broker import EmbeddedBroker
 from ops.http import HttpThread
@@ -280,7 +280,10 @@ def run_up(settings: Settings, say: Say = print) -> int:
             bootstrap = broker.start()
             say(f"broker: Tansu on {bootstrap} (in memory)")
         client = clickhouse_connect.get_client(dsn=settings.clickhouse_dsn)
-        gate = QueryGate(client)
+        gate = QueryGate(
+            client,
+            QueryLimits(settings.query_timeout_s, settings.query_max_memory_mb << 20),
+        )
         history = ClickHouseHistory(client, gate.executor)
         history.purged = faults.purged
         history.ensure_schema()

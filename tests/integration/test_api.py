@@ -34,7 +34,7 @@ from engram.api import (
     MAX_QUERY_BYTES,
     create_api,
 )
-from engram.sqlgate import QueryFailed, QueryGate, ReadOnlyViolation
+from engram.sqlgate import QueryFailed, QueryGate, QueryLimits, ReadOnlyViolation
 from schemas import RAW_TYPE_NAMES, Codec, Event
 
 pytestmark = pytest.mark.integration
@@ -209,6 +209,48 @@ def test_into_outfile_is_refused_and_writes_nothing(http: httpx.Client, api: Api
     assert response.status_code == 403
     assert "INTO OUTFILE would write a file" in response.text
     assert not target.exists()
+
+
+def test_no_spelling_of_file_reads_a_file_through_the_endpoint(
+    http: httpx.Client, api: Api
+) -> None:
+    """The engine's read-only session lets the ordinary function ``file(path)`` read
+    any file under chdb (a master key, part files of erased rows): the gate's check is
+    what stops it, however the name is spelt or bound."""
+    secret = api.data_dir / "secret.key"
+    secret.write_text("the master key")
+    quoted = f"SELECT `file`('{secret}')"
+    assert api.gate.reader.command(quoted) == "the master key"  # what a bypass would give
+    for params in (
+        {"query": f"SELECT file('{secret}')"},
+        {"query": quoted},
+        {"query": f"SELECT \"file\"('{secret}')"},
+        {"query": f"SELECT `\\x66ile`('{secret}')"},
+        {"query": f"SELECT {{f:Identifier}}('{secret}')", "param_f": "file"},
+    ):
+        response = http.get("/", params=params)
+        assert response.status_code == 403, params
+        assert "the master key" not in response.text
+        assert "read-only gate refused the query" in response.text
+
+
+async def test_a_query_past_the_gates_time_limit_fails_and_cannot_lift_it(api: Api) -> None:
+    """Analysts' reads share the history's thread: each is bounded, and read-only
+    forbids a query to change the bound."""
+    gate = QueryGate(api.writer, QueryLimits(timeout_s=0.5))
+    try:
+        heavy = "SELECT count() FROM numbers(100000000000) WHERE cityHash64(number) % 7 = 9"
+        started = time.monotonic()
+        with pytest.raises(QueryFailed, match=r"TIMEOUT_EXCEEDED|Timeout exceeded") as failed:
+            await gate.raw(heavy)
+        assert failed.value.code == 159
+        assert time.monotonic() - started < 30
+        with pytest.raises(QueryFailed, match="max_execution_time") as lifted:
+            await gate.raw(heavy + " SETTINGS max_execution_time = 0")
+        assert lifted.value.code == 164
+        assert await gate.raw("SELECT 1") == b"1\n"
+    finally:
+        gate.close()
 
 
 def test_an_engine_error_is_answered_clickhouse_style(http: httpx.Client) -> None:

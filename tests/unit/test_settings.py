@@ -45,3 +45,16 @@ def test_states_are_saved_at_one_flush_in_ten_unless_set() -> None:
     assert Settings.from_env({**HOME, "ENGRAM_STATE_SAVE_EVERY": "1"}).state_save_every == 1
     with pytest.raises(SettingsError, match="ENGRAM_STATE_SAVE_EVERY"):
         Settings.from_env({**HOME, "ENGRAM_STATE_SAVE_EVERY": "0"})
+
+
+def test_reads_through_the_sql_endpoint_are_bounded_unless_set() -> None:
+    settings = Settings.from_env(HOME)
+    assert (settings.query_timeout_s, settings.query_max_memory_mb) == (60.0, 4096)
+    bounded = {**HOME, "ENGRAM_QUERY_TIMEOUT_S": "5", "ENGRAM_QUERY_MAX_MEMORY_MB": "512"}
+    assert Settings.from_env(bounded).query_timeout_s == 5.0
+    assert Settings.from_env(bounded).query_max_memory_mb == 512
+    for value in ("0", "-1", "nan", "inf"):
+        with pytest.raises(SettingsError, match=r"ENGRAM_QUERY_TIMEOUT_S=.* must be a positive"):
+            Settings.from_env({**HOME, "ENGRAM_QUERY_TIMEOUT_S": value})
+    with pytest.raises(SettingsError, match="ENGRAM_QUERY_MAX_MEMORY_MB"):
+        Settings.from_env({**HOME, "ENGRAM_QUERY_MAX_MEMORY_MB": "0"})

@@ -7,6 +7,7 @@ import pytest
 
 from engram.sqlgate import (
     MEMO_CHARS,
+    QueryLimits,
     ReadOnlyViolation,
     ReadQuery,
     UncheckableQuery,
@@ -184,6 +185,49 @@ def test_bind_bytes_must_be_utf8() -> None:
 def test_table_functions_that_reach_outside_are_refused(sql: str) -> None:
     with pytest.raises(ReadOnlyViolation, match="reads outside the history"):
         check_read_only(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM icebergLocal('/data/lake')",
+        "SELECT * FROM deltaLakeLocal('/data/lake')",
+        "SELECT * FROM hudiS3('http://x/y')",
+        "SELECT * FROM python('frame')",
+    ],
+)
+def test_families_of_table_functions_that_reach_outside_are_refused(sql: str) -> None:
+    with pytest.raises(ReadOnlyViolation, match="reads outside the history"):
+        check_read_only(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT `file`('/etc/hostname')",
+        "SELECT \"file\"('/etc/hostname')",
+        "SELECT `\\x66ile`('/etc/hostname')",  # the engine unescapes it to file
+        "SELECT * FROM `url`('http://127.0.0.1:1/x', CSV)",
+        "SELECT `count`(*) FROM events",  # harmless, but the gate cannot tell
+    ],
+)
+def test_a_function_called_by_a_quoted_name_is_refused(sql: str) -> None:
+    with pytest.raises(ReadOnlyViolation, match="may not be called by a quoted name"):
+        check_read_only(sql)
+
+
+def test_quoted_names_that_are_not_called_pass() -> None:
+    check_read_only('SELECT `file`, "url" FROM `events` AS "e" WHERE (`file` = 1)')
+
+
+def test_query_limits_are_engine_settings_and_must_be_positive() -> None:
+    assert QueryLimits(2.5, 1 << 20).settings() == {
+        "max_execution_time": "2.5",
+        "max_memory_usage": "1048576",
+    }
+    for timeout_s, max_memory_bytes in ((0.0, 1), (1.0, 0), (float("nan"), 1)):
+        with pytest.raises(ValueError, match="query limits must be positive"):
+            QueryLimits(timeout_s, max_memory_bytes)
 
 
 def test_columns_and_ordinary_functions_named_like_them_pass() -> None:
