@@ -635,6 +635,8 @@ def rollback_cmd(
             event = memory.rollback(agent, to=moment, reason=reason)
     except EngramError as error:
         raise fail(str(error), 2) from None
+    except BadEvent as bad:
+        raise fail(f"refused: {bad.reason}", 2) from None
     change = wait_applied(settings, event.event_id, timeout)
     console.print(
         f"rolled {agent} back to {moment.isoformat()} (seq {change['to_seq']}): " + _counted(change)
@@ -665,6 +667,8 @@ def fork_cmd(
             event = memory.fork(source, into=into, at=moment)
     except EngramError as error:
         raise fail(str(error), 2) from None
+    except BadEvent as bad:
+        raise fail(f"refused: {bad.reason}", 2) from None
     change = wait_applied(settings, event.event_id, timeout)
     console.print(f"forked {source} at seq {change['source_seq']} as {into}: " + _counted(change))
 
@@ -734,7 +738,7 @@ def export_cmd(
     partial = path.with_name(path.name + ".partial")
     try:
         done = export_with_keys(load_settings(), agent, partial, format.value)
-    except EngramError as error:
+    except (EngramError, OSError) as error:
         partial.unlink(missing_ok=True)
         raise fail(str(error)) from None
     partial.replace(path)
@@ -749,24 +753,38 @@ def import_cmd(
     batch: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 1000,
 ) -> None:
     """Publish an exported log to this deployment, in its order; its fold then derives the
-    same memory. Every record is checked before any is sent; importing twice changes nothing.
+    same memory. Every record is checked before any is sent, and the history here first:
+    events of the agent already here must be the file's first ones (importing again sends
+    only the rest; let an import be folded before the next), and a fork's source must be
+    imported before the fork.
 
     Example: engram import travel-bot.avro
     """
+    from engram.history import history_client
     from engram.publishing import publish_events
-    from engram.transfer import read_export
+    from engram.transfer import import_plan, read_export
 
+    if file.is_dir():
+        raise fail(f"{file} is a directory: give the file engram export wrote", 2)
     if not file.is_file():
         raise fail(f"{file}: no such file", 2)
+    settings = load_settings()
     try:
         events = read_export(file)
-        count = publish_events(load_settings(), events, console, prefer_http=http, batch=batch)
+        plan = import_plan(history_client(settings), events)
+        count = publish_events(settings, plan.events, console, prefer_http=http, batch=batch)
     except BadEvent as bad:
         raise fail(f"nothing was imported: {bad.reason}", 2) from None
     except (EngramError, OSError) as error:
         raise fail(str(error)) from None
     agents = sorted({e.agent_id for e in events})
-    console.print(f"imported {count} events of {', '.join(agents) or 'no agent'}")
+    console.print(f"imported {count} events of {', '.join(agents)}")
+    for agent_id, present in plan.present.items():
+        console.print(f"{agent_id}: the first {present} events of the file were here already")
+    if plan.copies:
+        console.print(
+            f"left out {plan.copies} erasure copies (what they erased is not in the file)"
+        )
 
 
 def main() -> None:

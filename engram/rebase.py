@@ -27,10 +27,16 @@ class Refused(EngramError):
     """A fork or rollback that was not published, and why."""
 
 
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+"""The earliest moment the history stores (ClickHouse's ``DateTime64`` range)."""
+
+
 def check_moment(moment: datetime) -> None:
-    """Refuse a naive moment or one in the future."""
+    """Refuse a naive moment, one before :data:`EARLIEST` or one in the future."""
     if moment.tzinfo is None:
         raise Refused(f"{moment.isoformat()} has no UTC offset")
+    if moment < EARLIEST:
+        raise Refused(f"{moment.isoformat()} is before any history (the earliest is 1900-01-01)")
     now = datetime.now(UTC)
     if moment > now:
         raise Refused(f"{moment.isoformat()} is in the future (now is {now.isoformat()})")

@@ -6,8 +6,21 @@ event the fold kept, duplicates already dropped, the ticks it met included) in l
 order. Importing them into another deployment publishes the same events in the same
 order to its ``engram.events``, so its fold derives the same memory: the same
 episodes, memories, facts, persona and working memory, because the processors are
-pure and the events keep their ids and event times. Importing twice changes nothing
-(the fold drops repeated event ids).
+pure and the events keep their ids and event times.
+
+What an export leaves out, and what it translates:
+
+* events no one can open any more (sealed under an erased subject's destroyed key)
+  and an erasure's per-agent copies (``subject.erasure_requested``: what it erased is
+  not in the file, and it would name the erased subject in every agent's export);
+* so the importing side numbers the events without those gaps. A position an event
+  names is translated into the export's numbering: a rollback's ``to_seq`` (this
+  agent's) and a fork's ``source_seq`` (its source's, as the source's own export
+  numbers it). Export the source of a fork too, and import it first.
+
+Importing checks the destination first (:func:`import_plan`): events of the agent
+already there must be the file's first ones (a second import then sends only the
+rest), and the source of a fork must be there and reach its position.
 
 Two formats:
 
@@ -20,6 +33,7 @@ Two formats:
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +46,7 @@ from engram.client import read_up_file
 from engram.errors import EngramError
 from engram.settings import Settings
 from schemas import BadEvent, Codec, Event
+from schemas.raw import MemoryForked, MemoryRolledBack
 from schemas.sealed import is_sealed
 from sinks.keys import BlockingKeyring, MasterKey, OpenEvent
 
@@ -50,6 +65,8 @@ LOG_RECORD: dict[str, Any] = {
 }
 _PARSED = fastavro.parse_schema(LOG_RECORD)
 PAGE = 5_000
+ERASURE_COPY = "subject.erasure_requested"
+"""An erasure's per-agent copy in an agent's log (see the module: never exported)."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +112,11 @@ def export_agent(
     no event of the agent (nothing is written then). The file holds the events opened:
     ``open_event`` opens sealed payloads (:func:`archive_opener`), and skips the ones
     sealed under a destroyed key (an erased subject is not exported); both formats hold
-    clear events, which the importing deployment seals as it publishes them."""
+    clear events, which the importing deployment seals as it publishes them. Positions
+    are translated into the export's numbering (see the module)."""
     codec = codec or Codec()
-    read = open_event or codec.decode
-    records = _opened(archived(client, agent_id), read, codec)
+    read = open_event or _clear_only(codec)
+    records = _translated(client, _exportable(archived(client, agent_id), read, codec), read, codec)
     first = next(records, None)
     if first is None:
         raise EngramError(f"no events of agent {agent_id!r} in the history: nothing to export")
@@ -128,14 +146,75 @@ def _chain(
     yield from rest
 
 
-def _opened(
+def _exportable(
     records: Iterator[tuple[int, bytes]], read: OpenEvent, codec: Codec
-) -> Iterator[tuple[int, bytes]]:
-    """``(seq, clear payload)`` of the events that open; shredded ones are left out."""
+) -> Iterator[tuple[int, Event, bytes]]:
+    """``(seq, event, clear payload)`` of the events an export holds: shredded ones and
+    an erasure's per-agent copies are left out."""
     for seq, payload in records:
         event = _decode(read, payload)
-        if event is not None:
-            yield seq, codec.encode(event) if is_sealed(payload) else payload
+        if event is not None and event.type != ERASURE_COPY:
+            yield seq, event, codec.encode(event) if is_sealed(payload) else payload
+
+
+def _translated(
+    client: Any, records: Iterator[tuple[int, Event, bytes]], read: OpenEvent, codec: Codec
+) -> Iterator[tuple[int, bytes]]:
+    """``(seq, payload)`` with the positions that events name translated into the
+    export's numbering: event ``n`` of the file takes sequence ``n`` where it is
+    imported."""
+    kept: list[int] = []
+    for seq, event, payload in records:
+        if isinstance(event, MemoryRolledBack):
+            to_seq = bisect.bisect_right(kept, event.body.to_seq) - 1
+            payload = _with_position(event, "to_seq", to_seq, codec)
+        elif isinstance(event, MemoryForked):
+            body = event.body
+            source_seq = _position_in_export(client, body.source_agent_id, body.source_seq, read)
+            payload = _with_position(event, "source_seq", source_seq, codec)
+        kept.append(seq)
+        yield seq, payload
+
+
+def _with_position(
+    event: MemoryRolledBack | MemoryForked, field: str, position: int, codec: Codec
+) -> bytes:
+    """``event`` re-encoded with ``body.<field>`` set to ``position``; EngramError when
+    every event up to the position it named left the log (an erased subject's)."""
+    if position < 0:
+        raise EngramError(
+            f"{event.type} {event.event_id} names a position whose events were all erased:"
+            " its state cannot be rebuilt from an export"
+        )
+    body = event.body.model_copy(update={field: position})
+    return codec.encode(event.model_copy(update={"body": body}))
+
+
+def _position_in_export(client: Any, agent_id: str, seq: int, read: OpenEvent) -> int:
+    """Where ``agent_id``'s event ``seq`` (or the last before it that an export holds)
+    stands in ``agent_id``'s own export: how many of its exported events come up to
+    ``seq``, minus one."""
+    codec = Codec()
+    count = 0
+    for exported, _, _ in _exportable(archived(client, agent_id), read, codec):
+        if exported > seq:
+            break
+        count += 1
+    return count - 1
+
+
+def _clear_only(codec: Codec) -> OpenEvent:
+    """Reads clear payloads; EngramError at a sealed one (no keys to open it)."""
+
+    def read(payload: bytes) -> Event | None:
+        if is_sealed(payload):
+            raise EngramError(
+                "the history is sealed and its keys cannot be reached: start engram up (or"
+                " set ENGRAM_KAFKA_BOOTSTRAP and the master key) so that they can open it"
+            )
+        return codec.decode(payload)
+
+    return read
 
 
 def _decode(read: OpenEvent, payload: bytes) -> Event | None:
@@ -197,8 +276,10 @@ def _read_avro(file: BinaryIO, codec: Codec) -> list[Event]:
                 events.append(codec.decode(record["payload"]))
             except BadEvent as bad:
                 raise BadEvent(f"record {number}: {bad.reason}") from None
-    except (ValueError, EOFError, StopIteration) as error:
-        raise BadEvent(f"malformed Avro container: {error}") from None
+    except BadEvent:
+        raise
+    except Exception as error:  # a damaged container fails in zlib, fastavro, anywhere
+        raise BadEvent(f"malformed Avro container: {type(error).__name__}: {error}") from None
     return events
 
 
@@ -212,3 +293,80 @@ def _read_jsonl(path: Path, codec: Codec) -> list[Event]:
         except BadEvent as bad:
             raise BadEvent(f"line {number}: {bad.reason}") from None
     return events
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """What an import sends (``events``, in the file's order) and leaves out:
+    ``present`` events per agent already archived here (a previous import of the same
+    file), ``copies`` erasure copies (files of older engram exported them)."""
+
+    events: list[Event]
+    present: dict[str, int]
+    copies: int
+
+
+def import_plan(client: Any, events: list[Event]) -> ImportPlan:
+    """Check ``events`` (an export file's) against the destination's history (any
+    clickhouse-connect client) and say what to send. EngramError when:
+
+    * the file holds no events;
+    * an agent of the file has events here that are not the file's first ones (another
+      agent of the same name, or another log): importing would mix two logs;
+    * a fork in the file names a source this deployment lacks, or whose log here does
+      not reach the fork's position: import the source's export first.
+    """
+    if not events:
+        raise EngramError("the file holds no events: nothing to import")
+    kept = [event for event in events if event.type != ERASURE_COPY]
+    present: dict[str, int] = {}
+    for agent_id in dict.fromkeys(event.agent_id for event in kept):
+        mine = [str(event.event_id) for event in kept if event.agent_id == agent_id]
+        here = _archived_ids(client, agent_id)
+        if here != mine[: len(here)]:
+            raise EngramError(
+                f"agent {agent_id!r} has {len(here)} events here that are not the first events"
+                " of this file: importing would mix two logs (import into a deployment"
+                " without that agent)"
+            )
+        present[agent_id] = len(here)
+    sent: list[Event] = []
+    seen = dict.fromkeys(present, 0)
+    for event in kept:
+        seen[event.agent_id] += 1
+        if seen[event.agent_id] > present[event.agent_id]:
+            sent.append(event)
+    for event in sent:
+        if isinstance(event, MemoryForked):
+            _check_fork_source(client, event)
+    return ImportPlan(sent, {a: n for a, n in present.items() if n}, len(events) - len(kept))
+
+
+def _archived_ids(client: Any, agent_id: str) -> list[str]:
+    """The event ids of ``agent_id``'s archived events here, in log order."""
+    result = client.query(
+        "SELECT toString(event_id) FROM events FINAL WHERE agent_id = {a:String} ORDER BY seq",
+        parameters={"a": agent_id},
+    )
+    return [str(row[0]) for row in result.result_rows]
+
+
+def _check_fork_source(client: Any, fork: MemoryForked) -> None:
+    """EngramError unless the fork's source is archived here up to the fork's position."""
+    source, position = fork.body.source_agent_id, fork.body.source_seq
+    result = client.query(
+        "SELECT count(), max(seq) FROM events FINAL WHERE agent_id = {a:String}",
+        parameters={"a": source},
+    )
+    count, last = result.result_rows[0]
+    if not count:
+        raise EngramError(
+            f"{fork.agent_id!r} begins as a fork of {source!r}, which this deployment does not"
+            f" have: export {source!r} too and import it first"
+        )
+    if int(last) < position:
+        raise EngramError(
+            f"{fork.agent_id!r} begins as a fork of {source!r} at seq {position}, but {source!r}"
+            f" reaches seq {last} here: import {source!r}'s whole export first (and wait until"
+            " it is folded)"
+        )

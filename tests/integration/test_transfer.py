@@ -132,3 +132,109 @@ def test_import_refuses_a_bad_file_and_sends_nothing(stack: Stack, tmp_path: Pat
     done = cli(stack, "import", str(bad))
     assert done.returncode == 2
     assert "nothing was imported: line 1:" in done.stderr
+
+
+def facts(memory: Memory, agent: str) -> list[tuple[str, str, str]]:
+    return sorted((f["namespace"], f["key"], f["value"]) for f in memory.snapshot(agent).facts)
+
+
+def test_an_erasure_a_rollback_and_a_fork_move_alike(stack: Stack, tmp_path: Path) -> None:
+    """An erased subject's events leave gaps in the source's numbering, which the
+    importing side does not have: the rollback's and the fork's positions are
+    translated, the erasure's per-agent copy stays home, a fork waits for its source,
+    and importing again sends nothing."""
+    tag = uuid.uuid4().hex[:8]
+    x, y, gone, kept = f"x-{tag}", f"y-{tag}", f"gone-{tag}", f"kept-{tag}"
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=30)
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+
+    def fact(agent: str, user: str, at: datetime, key: str, value: str) -> Event:
+        body = {"namespace": "p", "key": key, "value": value}
+        return make_event("fact.asserted", agent_id=agent, user_id=user, occurred_at=at, body=body)
+
+    with Memory(bootstrap=stack.bootstrap, http=stack.http) as memory:
+        memory.publish_many(
+            [
+                fact(x, gone, t0, "note", f"SECRET-{tag}"),
+                fact(x, kept, t0 + timedelta(hours=1), "drink", "tea"),
+                fact(x, kept, t0 + timedelta(days=3), "drink", "coffee"),
+            ]
+        )
+        wait_until(lambda: stack.scalar(count, a=x) == 3, 60, "x archived")
+        back = cli(stack, "rollback", x, "--to", (t0 + timedelta(days=1)).isoformat())
+        assert back.returncode == 0, back.stderr
+        memory.erase(gone)
+        receipt = "SELECT count() FROM erasures FINAL WHERE agent_id = {a:String}"
+        wait_until(lambda: stack.scalar(receipt, a=x) >= 1, 120, "x's erasure receipt")
+        forked = cli(stack, "fork", x, "--as", y)
+        assert forked.returncode == 0, forked.stderr
+        memory.publish(fact(y, kept, datetime.now(UTC), "city", "Osaka"))
+        wait_until(lambda: stack.scalar(count, a=y) == 2, 60, "y archived")
+        source = {agent: facts(memory, agent) for agent in (x, y)}
+    assert source == {
+        x: [("p", "drink", "tea")],
+        y: [("p", "city", "Osaka"), ("p", "drink", "tea")],
+    }
+    assert stack.scalar(count, a=x) == 4  # two facts, the rollback, the erasure's copy (seq 1-4)
+
+    x_file, y_file = tmp_path / "x.jsonl", tmp_path / "y.avro"
+    for agent, path, fmt in ((x, x_file, "jsonl"), (y, y_file, "avro")):
+        done = cli(stack, "export", agent, "-o", str(path), "--format", fmt)
+        assert done.returncode == 0, done.stderr
+    exported = x_file.read_text(encoding="utf-8")
+    assert gone not in exported and "SECRET" not in exported
+    assert "subject.erasure_requested" not in exported
+    assert '"to_seq":0' in exported  # seq 1 at home is the export's first event
+
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        there = start_stack(
+            tmp_path / "elsewhere",
+            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
+            ENGRAM_SESSION_TIMEOUT_S="6",
+            ENGRAM_REBALANCE_TIMEOUT_S="2",
+        )
+        try:
+            early = cli(there, "import", str(y_file))
+            assert early.returncode == 1
+            assert f"begins as a fork of {x!r}, which this deployment does not have" in early.stderr
+            assert cli(there, "import", str(x_file)).returncode == 0
+            wait_until(lambda: there.scalar(count, a=x) == 3, 60, "x imported")
+            assert cli(there, "import", str(y_file)).returncode == 0
+            wait_until(lambda: there.scalar(count, a=y) == 2, 60, "y imported")
+            with Memory(http=there.http) as elsewhere:
+                moved = wait_until(
+                    lambda: (now := {a: facts(elsewhere, a) for a in (x, y)}) == source and now,
+                    60,
+                    "the same facts elsewhere",
+                )
+            assert moved == source
+            again = cli(there, "import", str(x_file))
+            assert again.returncode == 0, again.stderr
+            assert f"imported 0 events of {x}" in again.stdout
+            assert f"{x}: the first 3 events of the file were here already" in again.stdout
+            assert there.scalar(count, a=x) == 3
+        finally:
+            assert there.stop() == 0
+
+
+def test_bad_input_is_refused_with_a_message_not_a_traceback(stack: Stack, tmp_path: Path) -> None:
+    agent = f"plain-{uuid.uuid4().hex[:8]}"
+    with Memory(bootstrap=stack.bootstrap) as memory:
+        body = {"namespace": "p", "key": "k", "value": "v"}
+        memory.publish(make_event("fact.asserted", agent_id=agent, body=body))
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    wait_until(lambda: stack.scalar(count, a=agent) == 1, 60, "the agent archived")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    cases = [
+        (("import", str(empty)), 1, "the file holds no events: nothing to import"),
+        (("import", str(tmp_path)), 2, "is a directory: give the file engram export wrote"),
+        (("export", agent, "-o", str(tmp_path / "no" / "such" / "dir.jsonl")), 1, "No such file"),
+        (("fork", agent, "--as", "x" * 300), 2, "refused: "),
+        (("fork", agent, "--as", "bad\tname"), 2, "refused: "),
+        (("rollback", agent, "--to", "0001-01-01T00:00Z"), 2, "is before any history"),
+    ]
+    for args, code, message in cases:
+        done = cli(stack, *args)
+        assert (done.returncode, message in done.stderr) == (code, True), (args, done.stderr)
+        assert "Traceback" not in done.stderr
