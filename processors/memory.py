@@ -214,7 +214,9 @@ class AgentMemory:
     def roll_back(self, event: MemoryRolledBack, past: Past, *, checked: bool = False) -> Step:
         """Fold a rollback: the memory becomes the fold of ``past`` (this agent's events
         up to ``event.body.to_seq``: the caller reads them from the archive, which holds
-        them since they were folded before the rollback), while the sequence and the
+        them since they were folded before the rollback) that occurred at or before
+        ``event.body.to`` (:meth:`Past.at`: the state an as-of snapshot at that moment
+        folds, late events included), while the sequence and the
         dedupe window go on (the rollback takes the next sequence). Emits
         ``agent.rolled_back`` (counts), then the changes that bring the projections in
         line (:func:`processors.rebase.rebase_changes`). Raises RebaseRefused for a
@@ -228,7 +230,7 @@ class AgentMemory:
                 f"cannot roll {self.agent_id!r} back to seq {body.to_seq}: "
                 f"its last seq is {self.seq}"
             )
-        restored = fold_past(past.upto(body.to_seq), self.config)
+        restored = fold_past(past.at(body.to_seq, body.to), self.config)
         changes, counts = rebase_changes(self, restored, event.occurred_at)
         self._count(event.event_id.int)
         record = RolledBackChangeBody(
@@ -239,7 +241,8 @@ class AgentMemory:
 
     def fork(self, event: MemoryForked, past: Past) -> Step:
         """Fold a fork on this (new) agent: its memory becomes the fold of ``past`` (the
-        source's events up to ``source_seq``) with its ids renamed for this agent
+        source's events up to ``source_seq`` that occurred at or before ``at``, as for a
+        rollback) with its ids renamed for this agent
         (:func:`processors.rebase.rename`). Emits ``agent.forked`` (counts), then a
         ``memory.created`` for each memory, facts, persona, skills and working sessions.
         Raises RebaseRefused when this agent has events already, or when the past is
@@ -254,7 +257,7 @@ class AgentMemory:
                 f"the archive of {body.source_agent_id!r} does not reach seq {body.source_seq}"
             )
         copied = rename(
-            fold_past(past.upto(body.source_seq), self.config), self.agent_id, self.config
+            fold_past(past.at(body.source_seq, body.at), self.config), self.agent_id, self.config
         )
         changes, counts = rebase_changes(self, copied, event.occurred_at)
         self._count(event.event_id.int)

@@ -88,6 +88,16 @@ class Past:
         kept = tuple(pair for pair in self.events if pair[0] <= seq)
         return Past(self.agent_id, kept, min(self.last_seq, seq), self.origin)
 
+    def at(self, seq: int, moment: datetime) -> Past:
+        """The past a rollback or fork to ``moment`` restores, ``seq`` being the last
+        sequence at or before it: the events up to ``seq`` that occurred at or before
+        ``moment``, in sequence order. That is what an as-of snapshot at ``moment``
+        folds: an event logged before a late one but dated after ``moment`` is left
+        out (for a log whose times never go back, the prefix itself)."""
+        cut = self.upto(seq)
+        kept = tuple(pair for pair in cut.events if pair[1].occurred_at <= moment)
+        return Past(self.agent_id, kept, cut.last_seq, self.origin)
+
 
 @dataclass(frozen=True, slots=True)
 class Creation:

@@ -138,3 +138,35 @@ def test_rollback_then_fork(stack: Stack) -> None:
         assert not any("Paris" in t for t in texts(memory, fork, "Paris Louvre"))
         refused = cli(stack, "fork", agent, "--as", fork)
         assert refused.returncode == 2 and "exists already" in refused.stderr
+
+
+def test_a_rollback_and_a_fork_to_t_agree_with_the_snapshot_as_of_t_over_late_events(
+    stack: Stack,
+) -> None:
+    """An event that arrives late (logged after one dated later than it) makes the
+    state at T something other than a prefix of the log: the rollback and the fork
+    restore what the as-of snapshot folds, not the log up to T's position."""
+    agent, copy = f"late-{uuid.uuid4().hex[:8]}", f"late-copy-{uuid.uuid4().hex[:8]}"
+
+    def fact(key: str, value: str, at: datetime) -> Event:
+        body = {"namespace": "p", "key": key, "value": value}
+        return make_event("fact.asserted", agent_id=agent, occurred_at=at, body=body)
+
+    with Memory(http=stack.http) as memory:
+        memory.publish_many(
+            [
+                fact("lang", "en", T0),
+                fact("drink", "coffee", T0 + timedelta(days=3)),
+                fact("city", "Kyoto", T0 + timedelta(days=1)),  # late
+            ]
+        )
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == 3, 60, "the log archived")
+        then = sorted((f["key"], f["value"]) for f in memory.snapshot(agent, as_of=T).facts)
+        assert then == [("city", "Kyoto"), ("lang", "en")]
+        forked = cli(stack, "fork", agent, "--as", copy, "--at", T.isoformat())
+        assert forked.returncode == 0, forked.stderr
+        back = cli(stack, "rollback", agent, "--to", T.isoformat())
+        assert back.returncode == 0, back.stderr
+        for who in (agent, copy):
+            now = sorted((f["key"], f["value"]) for f in memory.snapshot(who).facts)
+            assert now == then, who

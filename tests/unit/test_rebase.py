@@ -5,7 +5,9 @@
   and the rollback's) equal those of the prefix alone;
 * the sequence and the dedupe window go on; later events fold on top as on the prefix;
 * a replay of the log with the rollback in it (:func:`fold_past`) is the worker's state;
-* a fork is the source's prefix under new ids; same inputs, byte-identical outputs.
+* a fork is the source's prefix under new ids; same inputs, byte-identical outputs;
+* to a moment, both restore what an as-of snapshot at that moment folds: an event
+  logged before a late one but dated after the moment is left out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from processors.rebase import Past, RebaseRefused, fold_past
 from schemas import (
     DerivedEvent,
     Event,
+    FactAsserted,
     FactSet,
     InteractionRecorded,
     MemoryCreated,
@@ -295,3 +298,42 @@ def test_a_fork_onto_an_agent_with_events_is_refused() -> None:
     short = Past(AGENT, tuple(source.archive[:1]), 0)
     with pytest.raises(RebaseRefused, match="does not reach seq 1"):
         AgentMemory.empty(FORK, CONFIG).fork(forked(source, 1), short)
+
+
+# -- late events ------------------------------------------------------------------------
+
+
+def test_a_rollback_or_fork_to_a_moment_leaves_out_what_was_logged_before_but_dated_after() -> None:
+    """``--to T`` resolves to the last sequence whose event occurred at or before T; an
+    event logged before it but dated after T (the late one came later) is not part of
+    the state at T, which is what an as-of snapshot at T folds."""
+
+    def fact(i: int, key: str, value: str, at: datetime) -> FactAsserted:
+        body = {"namespace": "p", "key": key, "value": value}
+        return FactAsserted(event_id=UUID(int=1000 + i), agent_id=AGENT, occurred_at=at, body=body)
+
+    day = timedelta(days=1)
+    log = [
+        fact(0, "lang", "en", T0),
+        fact(1, "drink", "coffee", T0 + 3 * day),
+        fact(2, "city", "Kyoto", T0 + day),  # late: logged after coffee, dated before it
+    ]
+    moment = T0 + 2 * day
+    as_of, _ = fold([e for e in log if e.occurred_at <= moment])
+    assert {fact.key for fact in as_of.state().facts.facts} == {"lang", "city"}
+
+    worker = Worker().feed(log)
+    back = MemoryRolledBack(
+        event_id=REQUEST, agent_id=AGENT, occurred_at=T0 + 4 * day,
+        body={"to": moment, "to_seq": 2},
+    )  # fmt: skip
+    worker.memory.roll_back(back, worker.past())
+    assert content(worker.memory) == content(as_of)
+
+    fork = AgentMemory.empty(FORK, CONFIG)
+    at = MemoryForked(
+        event_id=UUID(int=2**102), agent_id=FORK, occurred_at=T0 + 4 * day,
+        body={"source_agent_id": AGENT, "at": moment, "source_seq": 2},
+    )  # fmt: skip
+    fork.fork(at, Worker().feed(log).past())
+    assert fork.state().facts == as_of.state().facts
