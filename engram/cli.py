@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -695,6 +696,35 @@ def wait_applied(settings: Settings, request_id: Any, timeout: float) -> dict[st
     )
 
 
+def wait_archived(settings: Settings, plan: Any, timeout: float) -> None:
+    """Wait (with a progress bar) until the history holds every event of ``plan``
+    (:class:`engram.transfer.ImportPlan`); exit 1 on timeout, saying how far it got."""
+    import time
+
+    from engram.history import history_client
+    from engram.transfer import archived_counts, expected_counts
+
+    expected = expected_counts(plan)
+    total = sum(expected.values())
+    client = history_client(settings)
+    deadline = time.monotonic() + timeout
+    held = 0
+    with Progress(console=console) as progress:
+        task = progress.add_task("folding", total=total)
+        while time.monotonic() < deadline:
+            counts = archived_counts(client, list(expected))
+            held = sum(min(counts[agent], want) for agent, want in expected.items())
+            progress.update(task, completed=held)
+            if held == total:
+                return
+            time.sleep(0.5)
+    raise fail(
+        f"published, but the history holds {held} of the {total} events after {timeout:.0f}s;"
+        " see engram status (a refused event is a dead letter, with its reason) and import"
+        " again once it caught up (what is there already is not sent twice)"
+    )
+
+
 def _counted(change: dict[str, Any]) -> str:
     parts = [
         f"{change.get(key, 0)} {label}"
@@ -751,12 +781,15 @@ def import_cmd(
     file: Annotated[Path, typer.Argument(help="A file written by engram export (either format).")],
     http: Annotated[bool, typer.Option(help="Publish through the HTTP API.")] = False,
     batch: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 1000,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait until the history holds them; 0: no wait.")
+    ] = 600.0,
 ) -> None:
-    """Publish an exported log to this deployment, in its order; its fold then derives the
-    same memory. Every record is checked before any is sent, and the history here first:
-    events of the agent already here must be the file's first ones (importing again sends
-    only the rest; let an import be folded before the next), and a fork's source must be
-    imported before the fork.
+    """Publish an exported log to this deployment, in its order, and wait until its fold
+    archived them (it derives the same memory). Every record is checked before any is
+    sent, and the history here first: events of the agent already here must be the
+    file's first ones (importing again sends only the rest), and a fork's source must
+    be imported before the fork.
 
     Example: engram import travel-bot.avro
     """
@@ -778,6 +811,8 @@ def import_cmd(
     except (EngramError, OSError) as error:
         raise fail(str(error)) from None
     agents = sorted({e.agent_id for e in events})
+    if timeout:
+        wait_archived(settings, plan, timeout)
     console.print(f"imported {count} events of {', '.join(agents)}")
     for agent_id, present in plan.present.items():
         console.print(f"{agent_id}: the first {present} events of the file were here already")

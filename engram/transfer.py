@@ -370,3 +370,22 @@ def _check_fork_source(client: Any, fork: MemoryForked) -> None:
             f" reaches seq {last} here: import {source!r}'s whole export first (and wait until"
             " it is folded)"
         )
+
+
+def archived_counts(client: Any, agents: list[str]) -> dict[str, int]:
+    """How many events of each of ``agents`` the history here archives."""
+    result = client.query(
+        "SELECT agent_id, count() FROM events FINAL WHERE agent_id IN {a:Array(String)}"
+        " GROUP BY agent_id",
+        parameters={"a": agents},
+    )
+    found = {str(agent): int(count) for agent, count in result.result_rows}
+    return {agent: found.get(agent, 0) for agent in agents}
+
+
+def expected_counts(plan: ImportPlan) -> dict[str, int]:
+    """How many events of each agent the history holds once ``plan`` is folded."""
+    expected = dict(plan.present)
+    for event in plan.events:
+        expected[event.agent_id] = expected.get(event.agent_id, 0) + 1
+    return expected
