@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,22 @@ def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@contextmanager
+def elsewhere(tmp_path: Path) -> Iterator[Stack]:
+    """Another deployment: its own broker, home and history."""
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        there = start_stack(
+            tmp_path / "elsewhere",
+            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
+            ENGRAM_SESSION_TIMEOUT_S="6",
+            ENGRAM_REBALANCE_TIMEOUT_S="2",
+        )
+        try:
+            yield there
+        finally:
+            assert there.stop() == 0
+
+
 def changes(stack: Stack, agent: str) -> list[tuple[Any, ...]]:
     return stack.rows(CHANGES, a=agent)
 
@@ -90,33 +108,24 @@ def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, f
     again = cli(stack, "export", agent, "-o", str(path))
     assert again.returncode == 2 and "--force" in again.stderr
 
-    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
-        there = start_stack(
-            tmp_path / "elsewhere",
-            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
-            ENGRAM_SESSION_TIMEOUT_S="6",
-            ENGRAM_REBALANCE_TIMEOUT_S="2",
+    with elsewhere(tmp_path) as there:
+        done = cli(there, "import", str(path))
+        assert done.returncode == 0, done.stderr
+        assert f"imported {len(events)} events of {agent}" in done.stdout
+        moved = wait_until(
+            lambda: (rows := changes(there, agent)) and len(rows) == len(source) and rows,
+            60,
+            "the same memory changes elsewhere",
         )
-        try:
-            done = cli(there, "import", str(path))
-            assert done.returncode == 0, done.stderr
-            assert f"imported {len(events)} events of {agent}" in done.stdout
-            moved = wait_until(
-                lambda: (rows := changes(there, agent)) and len(rows) == len(source) and rows,
-                60,
-                "the same memory changes elsewhere",
-            )
-            assert moved == source  # same ids, bodies, sequence: the same memory
-            assert cli(there, "import", str(path)).returncode == 0  # twice: nothing new
-            with Memory(http=stack.http) as here_m, Memory(http=there.http) as there_m:
-                # the same memory; how many events each road folded after its latest
-                # checkpoint is the road's, not the memory's (states are saved when due)
-                fold_free = {"position": {"events_folded"}}
-                here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
-                assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
-            assert changes(there, agent) == source
-        finally:
-            assert there.stop() == 0
+        assert moved == source  # same ids, bodies, sequence: the same memory
+        assert cli(there, "import", str(path)).returncode == 0  # twice: nothing new
+        with Memory(http=stack.http) as here_m, Memory(http=there.http) as there_m:
+            # the same memory; how many events each road folded after its latest
+            # checkpoint is the road's, not the memory's (states are saved when due)
+            fold_free = {"position": {"events_folded"}}
+            here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
+            assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
+        assert changes(there, agent) == source
 
 
 def test_export_refuses_an_unknown_agent(stack: Stack, tmp_path: Path) -> None:
@@ -186,35 +195,26 @@ def test_an_erasure_a_rollback_and_a_fork_move_alike(stack: Stack, tmp_path: Pat
     assert "subject.erasure_requested" not in exported
     assert '"to_seq":0' in exported  # seq 1 at home is the export's first event
 
-    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
-        there = start_stack(
-            tmp_path / "elsewhere",
-            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
-            ENGRAM_SESSION_TIMEOUT_S="6",
-            ENGRAM_REBALANCE_TIMEOUT_S="2",
-        )
-        try:
-            early = cli(there, "import", str(y_file))
-            assert early.returncode == 1
-            assert f"begins as a fork of {x!r}, which this deployment does not have" in early.stderr
-            assert cli(there, "import", str(x_file)).returncode == 0
-            assert there.scalar(count, a=x) == 3  # import waits until the history holds them
-            assert cli(there, "import", str(y_file)).returncode == 0
-            assert there.scalar(count, a=y) == 2
-            with Memory(http=there.http) as elsewhere:
-                moved = wait_until(
-                    lambda: (now := {a: facts(elsewhere, a) for a in (x, y)}) == source and now,
-                    60,
-                    "the same facts elsewhere",
-                )
-            assert moved == source
-            again = cli(there, "import", str(x_file))
-            assert again.returncode == 0, again.stderr
-            assert f"imported 0 events of {x}" in again.stdout
-            assert f"{x}: the first 3 events of the file were here already" in again.stdout
-            assert there.scalar(count, a=x) == 3
-        finally:
-            assert there.stop() == 0
+    with elsewhere(tmp_path) as there:
+        early = cli(there, "import", str(y_file))
+        assert early.returncode == 1
+        assert f"begins as a fork of {x!r}, which this deployment does not have" in early.stderr
+        assert cli(there, "import", str(x_file)).returncode == 0
+        assert there.scalar(count, a=x) == 3  # import waits until the history holds them
+        assert cli(there, "import", str(y_file)).returncode == 0
+        assert there.scalar(count, a=y) == 2
+        with Memory(http=there.http) as remote:
+            moved = wait_until(
+                lambda: (now := {a: facts(remote, a) for a in (x, y)}) == source and now,
+                60,
+                "the same facts elsewhere",
+            )
+        assert moved == source
+        again = cli(there, "import", str(x_file))
+        assert again.returncode == 0, again.stderr
+        assert f"imported 0 events of {x}" in again.stdout
+        assert f"{x}: the first 3 events of the file were here already" in again.stdout
+        assert there.scalar(count, a=x) == 3
 
 
 def test_bad_input_is_refused_with_a_message_not_a_traceback(stack: Stack, tmp_path: Path) -> None:
