@@ -153,7 +153,7 @@ FROM (
     FROM (
         SELECT
             seq, idx, session_id, occurred_at, body, blank, cleared,
-            {_AT_KEY} AS at_key, session_id IS NOT NULL AS own,
+            {_AT_KEY} + 1 AS at_key, session_id IS NOT NULL AS own,
             arrayJoin(if(own, [assumeNotNull(session_id)], expired)) AS sid
         FROM memory_changes
         WHERE {_AS_OF} AND type = 'working.updated'
@@ -168,7 +168,9 @@ added no turn (``blank``): such a delta matters only when a ``session.started`` 
 ``working.set`` made it (:func:`_deltas`: the one thing a delta cannot tell, a cleared
 session that such an event opened afresh). ``cleared``, ``blank`` and ``expired``
 (the sessions an idle expiry cleared) are computed from each body when the row was
-written (:data:`sinks.clickhouse.READ_COLUMNS`)."""
+written (:data:`sinks.clickhouse.READ_COLUMNS`). ``at_key`` counts from 1 here: 0 is
+"never" for ``own_reset`` and ``expired_at``, and the agent's first change (seq 0,
+idx 0) must come after it."""
 
 _POSITION = f"""
 SELECT tuple(uniqExact(seq), max(seq), argMax(occurred_at, seq),

@@ -26,7 +26,7 @@ import clickhouse_connect
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from engram import Memory
+from engram import Memory, make_event
 from engram.errors import RequestFailed
 from engram.history import history_snapshot, http_client
 from engram.results import Snapshot
@@ -349,3 +349,31 @@ def test_a_flush_written_twice_changes_no_answer(engine: Client) -> None:
     finally:
         engine.command("SYSTEM START MERGES memory_changes")
         engine.command("SYSTEM START MERGES events")
+
+
+@pytest.mark.parametrize("opening", ["interaction.recorded", "session.started"])
+def test_an_agents_first_change_is_on_both_roads(engine: Client, opening: str) -> None:
+    """The working-memory change of the agent's very first event (seq 0, idx 0) is part
+    of the state as of any later moment, on the second road too."""
+    agent_id = f"tt-first-{uuid.uuid4().hex[:6]}"
+    t0 = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
+    first = (
+        {"role": "user", "content": "first turn of s1"}
+        if opening == "interaction.recorded"
+        else {"task": "plan the trip"}
+    )
+    events = [
+        make_event(opening, agent_id=agent_id, session_id="s1", occurred_at=t0, body=first),
+        make_event("interaction.recorded", agent_id=agent_id, session_id="s1",
+                   occurred_at=t0 + timedelta(minutes=1),
+                   body={"role": "user", "content": "second turn of s1"}),
+    ]  # fmt: skip
+    config = MemoryConfig()
+    history = ClickHouseHistory(engine)
+    fold_into(history, events, config)
+    at = t0 + timedelta(minutes=2)
+    replayed = take_snapshot(history, agent_id, as_of=at, config=config)
+    queried = history_snapshot(engine, agent_id, as_of=at, config=config)
+    assert [s["session_id"] for s in replayed.working] == ["s1"]
+    one, two = comparable(replayed), comparable(queried)
+    assert one == two, differences(one, two)
