@@ -28,6 +28,7 @@ from email.parser import BytesParser
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -182,7 +183,20 @@ def create_api(
         app.include_router(erasures_router(erase))
     app.include_router(clickhouse_router(gate))
     app.add_middleware(BodyLimit)
+    app.add_exception_handler(RequestValidationError, invalid_request)
     return app
+
+
+async def invalid_request(request: Request, error: Exception) -> Response:
+    """422 with what was wrong, as FastAPI's own handler says it, without echoing the
+    refused input back: a lone surrogate or a NaN in it made that handler fail (500)."""
+    assert isinstance(error, RequestValidationError)
+    details = [
+        {key: value for key, value in item.items() if key not in ("input", "ctx", "url")}
+        for item in error.errors()
+    ]
+    body = json.dumps({"detail": details}, ensure_ascii=True, default=repr)
+    return Response(body, status_code=422, media_type="application/json")
 
 
 # -- POST /v1/events ------------------------------------------------------

@@ -247,13 +247,21 @@ class Memory:
         correction: str | None = None,
     ) -> Event:
         """Publish ``feedback.given``: a useful memory is reinforced, a corrected one
-        weakened (or invalidated when ``correction`` says what is true instead)."""
+        weakened (or invalidated when ``correction`` says what is true instead).
+        ``memory_id`` is one recall returned (a UUID, in any case: it is sent in
+        canonical form); BadEvent for anything else, before anything is sent."""
+        try:
+            canonical = str(UUID(memory_id))
+        except (ValueError, TypeError, AttributeError):
+            raise BadEvent(
+                f"memory_id {memory_id!r} is not a memory id (the UUID a recall returned)"
+            ) from None
         event = make_event(
             "feedback.given",
             agent_id=agent_id,
             user_id=user_id,
             session_id=session_id,
-            body={"memory_id": memory_id, "useful": useful, "correction": correction},
+            body={"memory_id": canonical, "useful": useful, "correction": correction},
         )
         return await self.apublish(event)
 

@@ -85,6 +85,17 @@ UserId = Annotated[
         description="Only memories of this user (the person the agent talks to). Omit for all.",
     ),
 ]
+SnapshotUserId = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=256,
+        description=(
+            "Only this user's episodes and memories. Working memory, facts and persona are"
+            " the agent's, of every user: narrow working memory with session_id."
+        ),
+    ),
+]
 SessionId = Annotated[
     str | None,
     Field(min_length=1, max_length=256, description="Only this session's working memory."),
@@ -216,7 +227,8 @@ start of a session. Returns working memory (the recent turns, task, variables an
 scratchpad of each open session), the latest episodes (summaries of past sessions),
 current facts,
 persona, skills, memory counts per layer and the log position the snapshot reflects.
-Give session_id for one session's working memory only, user_id for one user's episodes,
+Give session_id for one session's working memory only, user_id for one user's episodes
+and memories (working memory, facts and persona stay the agent's, of every user),
 as_of to see the memory as it was at a past moment. Fails if engram has no events of
 the agent yet."""
 
@@ -286,7 +298,10 @@ def _add_publish(server: MCPServer[None], memory: Memory) -> None:
 
 def _add_snapshot(server: MCPServer[None], memory: Memory) -> None:
     async def memory_snapshot(
-        agent_id: AgentId, user_id: UserId = None, session_id: SessionId = None, as_of: AsOf = None
+        agent_id: AgentId,
+        user_id: SnapshotUserId = None,
+        session_id: SessionId = None,
+        as_of: AsOf = None,
     ) -> Snapshot:
         with _tool_errors():
             return await memory.asnapshot(

@@ -21,17 +21,31 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.rebase import EARLIEST
 from engram.recall import Recaller, recalled_event
 from engram.results import DEFAULT_EPISODES, RecalledMemory, RecallResult, Snapshot
 from engram.snapshot import UnknownAgent, take_snapshot
 from processors import MemoryConfig
 from processors.recall import RecallWeights
 from schemas import Event
+from schemas.base import Ident
 from sinks.clickhouse import ClickHouseHistory
 from sinks.keys import OpenEvent
 
 log = logging.getLogger("engram.api")
 Publish = Callable[[Sequence[Event]], Awaitable[None]]
+
+
+def check_as_of(as_of: datetime) -> None:
+    """ValueError for a moment the history cannot hold: before
+    :data:`engram.rebase.EARLIEST` or in the future (a naive one is the caller's to
+    refuse)."""
+    if as_of.tzinfo is None:
+        return
+    if as_of < EARLIEST:
+        raise ValueError(f"as_of {as_of.isoformat()} is before any history (the earliest is 1900)")
+    if as_of > datetime.now(UTC):
+        raise ValueError(f"as_of {as_of.isoformat()} is in the future")
 
 
 class RecallRequest(BaseModel):
@@ -40,9 +54,10 @@ class RecallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: Annotated[str, Field(min_length=1, max_length=8192)]
-    agent_id: Annotated[str, Field(min_length=1, max_length=256)]
-    user_id: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-    session_id: str | None = None
+    agent_id: Ident
+    user_id: Ident | None = None
+    session_id: Ident | None = None
+    """Ids as the ``memory.recalled`` event that records the recall takes them."""
     k: Annotated[int, Field(ge=1, le=1000)] = 10
     layers: list[Literal["L2", "L3"]] | None = None
     min_importance: Annotated[float, Field(ge=1, le=10)] | None = None
@@ -80,8 +95,10 @@ class MemoryService:
         self._recall_thread = ThreadPoolExecutor(1, thread_name_prefix="engram-recall")
 
     async def recall(self, request: RecallRequest) -> RecallResult:
-        """Recall, publish the record, answer. Raises ``LookupError`` when this
-        stack has no vector store, ``ValueError`` for a bad request."""
+        """Recall, publish the record, answer. A recall that found nothing is not
+        recorded (it reinforces nothing, and would make an unknown agent known: a
+        mistyped id, or a recall before the first event). Raises ``LookupError`` when
+        this stack has no vector store, ``ValueError`` for a bad request."""
         recaller = self.recaller
         if recaller is None:
             raise LookupError("recall is not configured on this stack")
@@ -100,7 +117,7 @@ class MemoryService:
 
         loop = asyncio.get_running_loop()
         memories = await loop.run_in_executor(self._recall_thread, run)
-        if not request.record:
+        if not request.record or not memories:
             return RecallResult(
                 query=request.query,
                 agent_id=request.agent_id,
@@ -132,7 +149,10 @@ class MemoryService:
         as_of: datetime | None = None,
         episodes: int = DEFAULT_EPISODES,
     ) -> Snapshot:
-        """:func:`engram.snapshot.take_snapshot` on the history's executor."""
+        """:func:`engram.snapshot.take_snapshot` on the history's executor;
+        ``ValueError`` for an ``as_of`` outside the history (:func:`check_as_of`)."""
+        if as_of is not None:
+            check_as_of(as_of)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self.history.executor,
@@ -158,11 +178,11 @@ class MemoryService:
         episodes: int = DEFAULT_EPISODES,
     ) -> Snapshot:
         """:func:`engram.history.history_snapshot` (SQL as of ``as_of``) on the
-        history's executor; ``ValueError`` for a moment in the future."""
+        history's executor; ``ValueError`` for an ``as_of`` outside the history
+        (:func:`check_as_of`)."""
         from engram.history import history_snapshot
 
-        if as_of.tzinfo is not None and as_of > datetime.now(UTC):
-            raise ValueError(f"as_of {as_of.isoformat()} is in the future")
+        check_as_of(as_of)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self.history.executor,
@@ -216,8 +236,11 @@ def memory_router(service: MemoryService) -> APIRouter:
         summary="An agent's memory snapshot",
         description=(
             "Working memory, the latest episodes, current facts, persona, skills and the "
-            "log position they reflect; `as_of` (ISO-8601 with offset) reconstructs the "
-            "snapshot at a past moment by replaying the agent's log."
+            "log position they reflect; `as_of` (ISO-8601 with offset, not in the future) "
+            "reconstructs the snapshot at a past moment by replaying the agent's log. "
+            "`user_id` narrows the episodes and listed memories to one user; working "
+            "memory, facts and persona are the agent's, of every user (`session_id` "
+            "narrows working memory to one session)."
         ),
         responses={404: {"model": Problem}, 422: {"model": Problem}},
     )
