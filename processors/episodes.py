@@ -105,9 +105,12 @@ def episode_turn(turn: Said) -> EpisodeTurn:
     return trusted(EpisodeTurn, values, _TURN_GIVEN)
 
 
-def memory_id_of(kind: str, source: str) -> str:
-    """The deterministic id of the memory a source (an event or episode) makes."""
-    return uuid5_str(f"{kind}:{source}")
+def memory_id_of(kind: str, agent_id: str, source: str) -> str:
+    """The deterministic id of the memory a source (an event or episode) of
+    ``agent_id`` makes. The agent is part of it: event ids are unique per agent only
+    (its fold drops repeats), and two agents' memories must never share an id (the
+    vector store keys points by it)."""
+    return uuid5_str(f"{kind}:{agent_id}:{source}")
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,15 @@ NOTHING: tuple[list[EpisodeBody], list[NewMemory]] = ([], [])
 
 
 class Episodes:
-    def __init__(self, state: EpisodesState, params: EpisodeParams, scoring: ScoringParams) -> None:
+    def __init__(
+        self,
+        state: EpisodesState,
+        params: EpisodeParams,
+        scoring: ScoringParams,
+        agent_id: str = "",
+    ) -> None:
+        self.agent_id = agent_id
+        """Whose episodes: part of every memory and episode id (:func:`memory_id_of`)."""
         self.open = {o.session_id: _Open(o) for o in state.open}
         self.previous = dict(state.previous)
         self.params = params
@@ -159,7 +170,7 @@ class Episodes:
             current = self.open[sid] = _Open.new(sid, fields["user_id"])
         current.turns.append(turn)
         if turn[IMPORTANCE] >= self.single:
-            memories.append(self._turn_memory(turn, fields["user_id"], sid))
+            memories.append(self._turn_memory(turn, self.agent_id, fields["user_id"], sid))
         if len(current.turns) >= self.max_turns:
             self._close(sid, "turn_count", closed, memories)
         if closed or memories:
@@ -230,10 +241,10 @@ class Episodes:
         )
 
     @staticmethod
-    def _turn_memory(turn: Said, user_id: str | None, session_id: str) -> NewMemory:
+    def _turn_memory(turn: Said, agent_id: str, user_id: str | None, session_id: str) -> NewMemory:
         source = turn[EVENT_ID]
         return NewMemory(  # positional (in field order): the faster call
-            memory_id_of("turn", source),  # memory_id
+            memory_id_of("turn", agent_id, source),  # memory_id
             "L2",  # layer
             "turn",  # kind
             turn[CONTENT],  # text
@@ -260,7 +271,7 @@ class Episodes:
             [t[CONFIDENCE] for t in turns],
             DEFAULT_PARAMS,
         )
-        episode_id = uuid5_str(f"episode:{UUID(turns[0][EVENT_ID])}")
+        episode_id = memory_id_of("episode", self.agent_id, str(UUID(turns[0][EVENT_ID])))
         entities = list(dict.fromkeys(e for t in turns for e in t[ENTITIES]))[:20]
         sources = [t[EVENT_ID] for t in turns]
         summary = summarise(

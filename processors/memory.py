@@ -161,7 +161,7 @@ class AgentMemory:
         self.working = WorkingMemory(
             state.sessions, config.working_turns, config.working, config.scoring
         )
-        self.episodes = Episodes(state.episodes, config.episodes, config.scoring)
+        self.episodes = Episodes(state.episodes, config.episodes, config.scoring, state.agent_id)
         self.memories = Memories(state.memories, config.forgetting, config.promotion)
         self.consolidation = Consolidation(
             state.consolidation, config.consolidation, config.scoring

@@ -36,7 +36,6 @@ from typing import Any
 
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.episodes import memory_id_of
-from processors.ids import ENGRAM_NAMESPACE
 from schemas import (
     ClockTicked,
     Event,
@@ -326,13 +325,13 @@ class _AgentSim:
         if rng.random() < 0.05:
             body["entities"] = ["Kyoto", "Emma"]
         event = InteractionRecorded(**self._common(sid), body=body)
-        eid = str(event.event_id)
-        self.memory_ids.append(memory_id_of("turn", eid))
+        eid, agent = str(event.event_id), event.agent_id
+        self.memory_ids.append(memory_id_of("turn", agent, eid))
         if body.get("importance", 0.0) >= 8.0:
-            self.sure_ids.append(memory_id_of("turn", eid))
+            self.sure_ids.append(memory_id_of("turn", agent, eid))
         if sid is not None and sid in self.fresh:
             self.fresh.discard(sid)
-            self.memory_ids.append(str(uuid.uuid5(ENGRAM_NAMESPACE, f"episode:{eid}")))
+            self.memory_ids.append(memory_id_of("episode", agent, eid))
         return event
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from engram.events import make_event
-from processors.ids import uuid5_str
+from processors.episodes import memory_id_of
 from schemas import Event
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -161,7 +161,7 @@ def _session(script: Script, session: str) -> None:
         )
         if i == 0 or scores:
             key = "episode" if i == 0 else "turn"
-            script.memory_ids.append(uuid5_str(f"{key}:{event.event_id}"))
+            script.memory_ids.append(memory_id_of(key, event.agent_id, str(event.event_id)))
         if rng.random() < 0.1:
             call = f"c{len(script.events)}"
             tool = rng.choice(["calendar", "search", "weather"])

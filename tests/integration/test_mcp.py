@@ -204,7 +204,7 @@ async def test_recall_finds_a_memory_of_an_important_turn(stack: Stack, errlog: 
     query = "What food is the user allergic to?"
     async with engram_mcp(stack.env, errlog) as mcp:
         published = await mcp.data("memory_publish", events=events)
-        expected = memory_id_of("turn", published["event_ids"][0])
+        expected = memory_id_of("turn", agent_id, published["event_ids"][0])
 
         found: list[dict[str, Any]] = []
         with anyio.fail_after(40):
@@ -273,7 +273,7 @@ async def test_no_tool_reaches_another_agents_or_users_memory(stack: Stack, errl
     events = [turn(agent_id, "user", secret, importance=9), turn(other, "user", "I like tea.")]
     async with engram_mcp(stack.env, errlog) as mcp:
         published = await mcp.data("memory_publish", events=events)
-        mine = memory_id_of("turn", published["event_ids"][0])
+        mine = memory_id_of("turn", agent_id, published["event_ids"][0])
         found: list[str] = []
         with anyio.fail_after(40):
             while mine not in found:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engram import Memory, make_event
-from processors.ids import ENGRAM_NAMESPACE
+from processors.episodes import memory_id_of
 from schemas import Event
 from tests.support import Stack, wait_until
 
@@ -46,7 +46,7 @@ class Script:
 
 
 def episode_id(first_turn: Event) -> str:
-    return str(uuid.uuid5(ENGRAM_NAMESPACE, f"episode:{first_turn.event_id}"))
+    return memory_id_of("episode", first_turn.agent_id, str(first_turn.event_id))
 
 
 def scenario(agent_id: str) -> tuple[Script, dict[str, Event]]:
@@ -153,7 +153,7 @@ def test_a_month_of_memory_in_clickhouse(stack: Stack) -> None:
             a=agent_id,
         )
     }
-    loss = str(uuid.uuid5(ENGRAM_NAMESPACE, f"turn:{marks['loss'].event_id}"))
+    loss = memory_id_of("turn", agent_id, str(marks["loss"].event_id))
     assert memories[loss] == ("turn", "L3", 1, 0, 0), "flashbulb: promoted to L3, never forgotten"
     chatter = episode_id(marks["chatter"])
     assert memories[chatter][3] == 1, "an unimportant episode is forgotten 40 days on"

@@ -337,3 +337,23 @@ def test_a_rollback_or_fork_to_a_moment_leaves_out_what_was_logged_before_but_da
     )  # fmt: skip
     fork.fork(at, Worker().feed(log).past())
     assert fork.state().facts == as_of.state().facts
+
+
+# -- ids across agents ------------------------------------------------------------------
+
+
+def test_two_agents_events_with_one_id_make_memories_with_their_own_ids() -> None:
+    """Event ids are unique per agent only: a turn memory and an episode made from the
+    same event id by two agents must not share an id (the vector store keys points by
+    it: one would overwrite the other)."""
+    made: dict[str, set[str]] = {}
+    for agent in ("alice", "bob"):
+        memory = AgentMemory.empty(agent, CONFIG)
+        derived = [  # the same event ids for both
+            *memory.apply(say(1, agent)).derived,
+            *memory.apply(say(2, agent)).derived,
+            *memory.apply(say(3, agent)).derived,  # max_turns 3: the episode closes
+        ]
+        made[agent] = {d.body.memory_id for d in derived if isinstance(d, MemoryCreated)}
+    assert len(made["alice"]) == len(made["bob"]) == 4  # three important turns, an episode
+    assert made["alice"].isdisjoint(made["bob"])
