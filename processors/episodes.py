@@ -168,6 +168,10 @@ class Episodes:
         turn = self._turn(event, name, fields)
         if current is None:
             current = self.open[sid] = _Open.new(sid, fields["user_id"])
+        elif current.user_id is None:
+            # the first user its turns name owns the episode (a greeting before the user
+            # spoke names none): erasing that user then erases the episode
+            current.user_id = fields["user_id"]
         current.turns.append(turn)
         if turn[IMPORTANCE] >= self.single:
             memories.append(self._turn_memory(turn, self.agent_id, fields["user_id"], sid))

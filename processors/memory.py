@@ -348,10 +348,15 @@ class AgentMemory:
         changes: list[Scoped] = []
         working = self.working.apply(event, name)
         if working is not None:
-            changes.append((WorkingUpdated, working, here_session, here_user))
             users = self.session_users
             if here_user is not None and here_session is not None and here_session not in users:
                 self.session_users[here_session] = here_user
+            # a delta carries the session's task, variables and scratchpad whole: one made
+            # by an event naming no user (the agent's own turn) is the session user's data
+            owner = here_user
+            if owner is None and here_session is not None:
+                owner = users.get(here_session)
+            changes.append((WorkingUpdated, working, here_session, owner))
             crowded = self.working.crowd_out(here_session)
             if crowded is not None:
                 changes.append((WorkingUpdated, crowded, None, None))

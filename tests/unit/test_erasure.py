@@ -342,3 +342,25 @@ def test_the_pipeline_finds_the_requested_subjects_in_avro_and_json() -> None:
     memory = fold(log.events)
     [erased] = memory.apply(mine).derived
     assert isinstance(erased, SubjectErased) and erased.body.request_id == mei.event_id
+
+
+def test_what_carries_a_users_words_is_filed_under_that_user() -> None:
+    """The agent greets first and notes things naming no user: the episode its greeting
+    opened and the working-memory deltas its own events made carry the user's words
+    all the same, so they are filed under the user (whom the purge and the key find)."""
+    secret = "mei-passport-EX-4242"
+    log = Log()
+    log.start("mei", "s")  # the session is mei's
+    log.turn(None, "s", "How can I help you today?")  # the agent speaks first
+    for i in range(3):
+        log.turn("mei", "s", f"my passport is {secret} ({i})", importance=9)
+    log.note(None, "s", f"{secret} for the booking")  # the agent's note on mei's session
+    log.turn(None, "s", "Noted, booking now.")
+    log.end(None, "s")
+    memory = AgentMemory.empty(AGENT, CONFIG)
+    derived = [d for e in log.events for d in memory.apply(e).derived]
+    carrying = [d for d in derived if secret in d.model_dump_json()]
+    assert {d.type for d in carrying} >= {"working.updated", "episode.closed", "memory.created"}
+    assert [d for d in carrying if d.user_id != "mei"] == []
+    memory.apply(log.erase("mei"))
+    assert secret not in memory.state().model_dump_json()
