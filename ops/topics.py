@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,8 +10,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import IncompatibleBrokerVersion
 
 from schemas.sealed import SealingCodec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,20 @@ KEEP_FOREVER = {
 COMPACTED = {
     "cleanup.policy": "compact",
     "message.timestamp.after.max.ms": str(2**63 - 1),
+    "max.compaction.lag.ms": str(3600 * 1000),
+    "segment.ms": str(3600 * 1000),
+    "min.cleanable.dirty.ratio": "0.01",
 }
-"""The key topic: the last record of each key is kept (a key, or its destroyed marker)."""
+"""The key topic: the last record of each key is kept (a key, or its destroyed marker).
+An erasure's marker replaces the key's record: compaction must then remove the key
+material within about an hour (plus the log cleaner's own delay), not after Kafka's
+default seven-day segment, or the master key and a copy of the topic would still open
+the erased subject's events. (The embedded broker never compacts: it keeps the
+material in memory until it stops.)"""
+
+ALIGNED = frozenset({"max.compaction.lag.ms", "segment.ms", "min.cleanable.dirty.ratio"})
+"""Configs :func:`ensure_topics` sets again on a compacted topic that exists already
+(one created by an engram before they were set)."""
 
 SHORT_LIVED = {
     "cleanup.policy": "delete",
@@ -72,7 +89,9 @@ def pipeline_topics(
 
 
 async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
-    """Create the missing topics; return the names created."""
+    """Create the missing topics, and give an existing compacted one its compaction
+    bounds (:data:`ALIGNED`; a broker that refuses is left as it is, with a warning);
+    return the names created."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
     await admin.start()
     try:
@@ -82,9 +101,28 @@ async def ensure_topics(bootstrap: str, specs: list[TopicSpec]) -> list[str]:
             await admin.create_topics(
                 [NewTopic(s.name, s.partitions, 1, topic_configs=s.config) for s in missing]
             )
+        for spec in specs:
+            if spec.name in existing and spec.config.keys() >= ALIGNED:
+                await _align(admin, spec)
         return [s.name for s in missing]
     finally:
         await admin.close()
+
+
+async def _align(admin: AIOKafkaAdminClient, spec: TopicSpec) -> None:
+    """Set ``spec``'s configs on its existing topic (the whole set: an alter replaces the
+    topic's dynamic configs)."""
+    resource = ConfigResource(ConfigResourceType.TOPIC, spec.name, dict(spec.config))
+    try:
+        [response] = await admin.alter_configs([resource])
+        errors = [entry[0] for entry in response.resources if entry[0] != 0]
+    except IncompatibleBrokerVersion:  # no such API (Tansu, which never compacts anyway)
+        log.debug("the broker cannot set topic configs: %s left as it is", spec.name)
+        return
+    except Exception as error:
+        errors = [repr(error)]
+    if errors:
+        log.warning("could not set the compaction bounds of %s: %s", spec.name, errors)
 
 
 async def read_to_end(

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from ops.kafka import ApacheKafka, available
+from ops.topics import ALIGNED, COMPACTED, TopicSpec, ensure_topics, pipeline_topics
 
 UNAVAILABLE = available()
 pytestmark = [
@@ -159,3 +161,34 @@ async def test_a_compacted_topic_keeps_the_last_value_of_each_key(kafka: ApacheK
             break
         await asyncio.sleep(0.5)
     assert kept == expected
+
+
+async def topic_configs(bootstrap: str, name: str) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    await admin.start()
+    try:
+        [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)])
+    finally:
+        await admin.close()
+    [(error, _, _, _, entries)] = response.resources
+    assert error == 0, response
+    return {str(entry[0]): str(entry[1]) for entry in entries}
+
+
+async def test_the_key_topic_is_compacted_within_the_hour_new_or_old(kafka: ApacheKafka) -> None:
+    """An erasure's marker replaces a data key on the key topic; the key material must
+    leave it within about an hour, not Kafka's default seven-day segment. A key topic
+    created before the bounds existed is given them when the stack starts."""
+    bounds = {key: COMPACTED[key] for key in ALIGNED}
+    fresh, old = pipeline_topics("e", "m", "d", 1, ingest="i", keys="fresh.keys")[-1], "old.keys"
+    await ensure_topics(kafka.bootstrap, [fresh])
+    assert {
+        k: v for k, v in (await topic_configs(kafka.bootstrap, fresh.name)).items() if k in bounds
+    } == bounds
+    await create_topic(kafka.bootstrap, old, config={"cleanup.policy": "compact"})
+    before = await topic_configs(kafka.bootstrap, old)
+    assert before["segment.ms"] == "604800000"  # Kafka's default: seven days
+    await ensure_topics(kafka.bootstrap, [TopicSpec(old, 1, COMPACTED)])
+    after = await topic_configs(kafka.bootstrap, old)
+    assert {k: v for k, v in after.items() if k in bounds} == bounds
+    assert after["cleanup.policy"] == "compact"
