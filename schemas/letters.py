@@ -93,13 +93,22 @@ def subject_hint(raw: bytes, key: bytes | None, codec: Codec | None = None) -> s
                 except Exception:  # fastavro raises many types on bad bytes
                     named = None
         else:
-            try:
-                named = _named(json.loads(raw))
-            except (ValueError, RecursionError):
-                named = None
+            named = _named_json(raw)
     if named is None and key:
         named = _ident(key.decode("utf-8", errors="replace"))
     return named or UNATTRIBUTED
+
+
+def _named_json(raw: bytes) -> str | None:
+    """The subject a JSON object names, read leniently: bytes that are not UTF-8 (a
+    producer writing Latin-1, say) are read with their bad bytes replaced, so that a
+    letter naming its user is still sealed under that user's key."""
+    for text in (raw, raw.decode("utf-8", errors="replace")):
+        try:
+            return _named(json.loads(text))
+        except (ValueError, RecursionError):
+            continue
+    return None
 
 
 def _aad(subject: str, key_id: str) -> bytes:

@@ -57,6 +57,19 @@ def test_the_subject_is_the_user_then_the_agent_then_the_key() -> None:
     assert subject_hint(b"[1, 2]", b"") == UNATTRIBUTED
 
 
+def test_a_letter_that_is_not_utf8_still_names_its_user() -> None:
+    """A producer writing Latin-1: the JSON does not decode as UTF-8, but its user is
+    still who the letter belongs to (sealed under their key, erased with them)."""
+    latin = '{"type": "interaction.recorded", "agent_id": "desk", "user_id": "fay",'
+    latin += ' "body": {"role": "user", "content": "Mon numéro FAY-3939"}}'
+    raw = latin.encode("latin-1")
+    with pytest.raises(UnicodeDecodeError):
+        raw.decode("utf-8")
+    assert subject_hint(raw, b"desk") == "fay"
+    utf16 = latin.encode("utf-16")  # what json reads by itself stays read so
+    assert subject_hint(utf16, b"desk") == "fay"
+
+
 def test_ids_that_no_event_could_carry_name_nobody() -> None:
     # a unit separator would break the key topic's record keys: never a subject
     assert subject_hint(b'{"user_id": "me\\u001fi", "agent_id": "bot"}', None) == "bot"
