@@ -248,9 +248,10 @@ def snapshot(
 
 
 def parse_moment(text: str) -> datetime:
-    """An aware datetime from ISO-8601 (``Z`` allowed); exits 2 when it is not one."""
+    """An aware datetime from ISO-8601 (``Z`` or ``z`` allowed, as RFC 3339 does); exits
+    2 when it is not one."""
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise fail(f"not an ISO-8601 moment: {text!r}", 2) from None
     if moment.tzinfo is None:
