@@ -20,7 +20,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 
 from engram import Memory, make_event
-from processors.ids import ENGRAM_NAMESPACE
+from processors.episodes import memory_id_of
 from schemas import Event
 from sinks.memory_api import EpisodicMemory, LongTermMemory, MemCube
 from tests.support import REPO, Stack, wait_until
@@ -37,7 +37,7 @@ episodic = EpisodicMemory.append_event
 
 
 def memory_id(kind: str, source: Event) -> str:
-    return str(uuid.uuid5(ENGRAM_NAMESPACE, f"{kind}:{source.event_id}"))
+    return memory_id_of(kind, source.agent_id, str(source.event_id))
 
 
 @dataclass

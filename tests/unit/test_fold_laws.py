@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from processors import AgentMemory, AgentState, MemoryConfig, as_of, evolve
+from processors.episodes import memory_id_of
 from processors.ids import ENGRAM_NAMESPACE, derived_id
 from processors.summary import summarise
 from processors.working import WorkingParams, estimate_tokens, offload
@@ -237,7 +238,7 @@ def agent_logs(draw: st.DrawFn, max_size: int = 30) -> list[Event]:
             case "recall" | "feedback":
                 said = [e for e in events if isinstance(e, InteractionRecorded)]
                 ids = [
-                    str(uuid5(ENGRAM_NAMESPACE, f"{kind}:{e.event_id}"))
+                    memory_id_of(kind, e.agent_id, str(e.event_id))
                     for e in said
                     for kind in ("episode", "turn")
                 ]
@@ -269,6 +270,7 @@ configs = st.builds(MemoryConfig, working_turns=st.integers(1, 4), working=worki
 def test_generated_logs_are_interesting() -> None:
     """Guard against a generator that silently stops producing what the laws need."""
     seen: set[str] = set()
+    derived: set[str] = set()
     dup_seen = False
 
     @settings(max_examples=100, deadline=None, database=None, derandomize=True)
@@ -277,11 +279,15 @@ def test_generated_logs_are_interesting() -> None:
         nonlocal dup_seen
         seen.update(e.type for e in log)
         dup_seen = dup_seen or len({e.event_id for e in log}) < len(log)
+        memory = AgentMemory.empty(AGENT, MemoryConfig())
+        derived.update(d.type for e in log for d in memory.apply(e).derived)
 
     look()
     assert {"session.started", "session.ended", "interaction.recorded", "tool.called"} <= seen
     assert {"tool.result", "fact.asserted", "clock.tick", "working.set"} <= seen
     assert dup_seen
+    # recalls and feedback name memories the fold made (their ids are derived as it does)
+    assert "memory.reinforced" in derived, derived
 
 
 def test_generated_working_memory_is_interesting() -> None:
