@@ -638,9 +638,18 @@ class Reprocess:
                 "memory_starts": dict(self.ends),
             }
         )
-        await parts.history.call(lambda: parts.derivations.record(plan, "swapping"))
+        history, index = parts.history, parts.index
+        building = job.clickhouse.building
+        if building:  # rows its exclusions name leave it (none: the reprocess purges at
+            # once), and the exclusions table with them: nothing of it outlives the swap
+            await history.call(lambda: history.keep_unexcluded(building))
+        # what finish() drops (unless keep): the versions the swap takes out of service
+        job.clickhouse.previous = await history.call(history.live_version)
+        if index is not None and job.vectors.building:
+            job.vectors.previous = index.live_version()
+        await history.call(lambda: parts.derivations.record(plan, "swapping"))
         self.swapped = True  # from here on the stack finishes the swap if this dies
-        await parts.history.write([], [], checkpoints)
+        await history.write([], [], checkpoints)
         live = await finish_swap(parts, plan)
         job.plan = live
         parts.on_swapped(live)

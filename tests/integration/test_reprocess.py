@@ -336,6 +336,15 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
     ]
     live = derivations(world)[-1]
     assert (live["generation"], live["step"], live["version"]) == (1, "live", NEW.version)
+    # the versions the swap took out of service are dropped (no --keep): they held
+    # content the new parameters (and the erasure) no longer derive
+    versioned = world.stack.rows(
+        "SELECT name FROM system.tables WHERE database = currentDatabase()"
+        " AND name LIKE 'memory_changes\\_v%'"
+    )
+    assert versioned == []
+    collections = sorted(p.name for p in (world.home / "vectors").glob("*/memories_v*"))
+    assert len(collections) == 1, collections
     topic = live["memory_topic"]
     assert topic.startswith("engram.memory.g1-")
     assert embedded_all(world, topic)  # the new memories were embedded, on the new topic
