@@ -15,7 +15,7 @@ import pytest
 
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
-from schemas import Event
+from schemas import Codec, Event
 from tests.support import Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -238,3 +238,26 @@ def test_bad_input_is_refused_with_a_message_not_a_traceback(stack: Stack, tmp_p
         done = cli(stack, *args)
         assert (done.returncode, message in done.stderr) == (code, True), (args, done.stderr)
         assert "Traceback" not in done.stderr
+
+
+def test_a_file_of_an_older_engram_with_an_erasure_copy_imports_without_it(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Exports written before this engram left out erasure copies carry them: the
+    import leaves them out (what they erased is not in the file) instead of refusing."""
+    agent = f"older-{uuid.uuid4().hex[:8]}"
+    codec = Codec()
+    body = {"namespace": "p", "key": "k", "value": "v"}
+    events = [
+        make_event("fact.asserted", agent_id=agent, body=body),
+        make_event("subject.erasure_requested", agent_id=agent, body={"subject": "gone-user"}),
+        make_event("fact.asserted", agent_id=agent, body={**body, "value": "w"}),
+    ]
+    path = tmp_path / "older.jsonl"
+    path.write_bytes(b"".join(codec.encode_json(e) + b"\n" for e in events))
+    done = cli(stack, "import", str(path))
+    assert done.returncode == 0, done.stderr
+    assert f"imported 2 events of {agent}" in done.stdout
+    assert "left out 1 erasure copies" in done.stdout
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    assert stack.scalar(count, a=agent) == 2
