@@ -346,11 +346,16 @@ class AgentMemory:
             return [(SubjectErased, self._erase(event), None, None)]
         here_session, here_user = fields["session_id"], fields["user_id"]
         changes: list[Scoped] = []
+        was_open = here_session is not None and here_session in self.working.sessions
         working = self.working.apply(event, name)
         if working is not None:
             users = self.session_users
+            if here_session is not None and not was_open:
+                # a new life of the session: the user of a life that ended is not its user
+                # (a saved state forgets them; the fold must not depend on when it saved)
+                users.pop(here_session, None)
             if here_user is not None and here_session is not None and here_session not in users:
-                self.session_users[here_session] = here_user
+                users[here_session] = here_user
             # a delta carries the session's task, variables and scratchpad whole: one made
             # by an event naming no user (the agent's own turn) is the session user's data
             owner = here_user

@@ -364,3 +364,26 @@ def test_what_carries_a_users_words_is_filed_under_that_user() -> None:
     assert [d for d in carrying if d.user_id != "mei"] == []
     memory.apply(log.erase("mei"))
     assert secret not in memory.state().model_dump_json()
+
+
+def test_a_reopened_sessions_user_does_not_depend_on_when_the_state_was_saved() -> None:
+    """A session that ended and opens again is a new life: its deltas are filed under
+    the user of that life, whether or not a saved state (which forgets the users of
+    ended sessions) lies in between."""
+    log = Log()
+    log.start("mei", "s")
+    log.turn("mei", "s", "mei's first life")
+    log.end("mei", "s")
+    cut = len(log.events)
+    log.note(None, "s", "the agent reopens s")  # no user named
+    log.turn("sam", "s", "sam's second life")
+    whole = AgentMemory.empty(AGENT, CONFIG)
+    straight = [d for e in log.events for d in whole.apply(e).derived]
+    first = AgentMemory.empty(AGENT, CONFIG)
+    for event in log.events[:cut]:
+        first.apply(event)
+    resumed = AgentMemory(AgentState.model_validate_json(first.state().model_dump_json()), CONFIG)
+    after = [d for e in log.events[cut:] for d in resumed.apply(e).derived]
+    owners = [(d.type, d.user_id) for d in straight[-len(after) :]]
+    assert owners == [(d.type, d.user_id) for d in after]
+    assert ("working.updated", "mei") not in owners
