@@ -9,7 +9,7 @@ import sys
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
@@ -21,6 +21,9 @@ from rich.text import Text
 from engram.errors import EngramError
 from engram.settings import Settings, SettingsError
 from schemas import BadEvent
+
+if TYPE_CHECKING:
+    from engram.transfer import ImportPlan
 
 app = typer.Typer(
     name="engram",
@@ -697,17 +700,15 @@ def wait_applied(settings: Settings, request_id: Any, timeout: float) -> dict[st
     )
 
 
-def wait_archived(settings: Settings, plan: Any, timeout: float) -> None:
-    """Wait (with a progress bar) until the history holds every event of ``plan``
-    (:class:`engram.transfer.ImportPlan`); exit 1 on timeout, saying how far it got."""
+def wait_archived(client: Any, plan: ImportPlan, timeout: float) -> None:
+    """Wait (with a progress bar) until the history ``client`` reads holds every event
+    of ``plan``; exit 1 on timeout, saying how far it got."""
     import time
 
-    from engram.history import history_client
     from engram.transfer import archived_counts, expected_counts
 
     expected = expected_counts(plan)
     total = sum(expected.values())
-    client = history_client(settings)
     deadline = time.monotonic() + timeout
     held = 0
     with Progress(console=console) as progress:
@@ -805,7 +806,8 @@ def import_cmd(
     settings = load_settings()
     try:
         events = read_export(file)
-        plan = import_plan(history_client(settings), events)
+        history = history_client(settings)
+        plan = import_plan(history, events)
         count = publish_events(settings, plan.events, console, prefer_http=http, batch=batch)
     except BadEvent as bad:
         raise fail(f"nothing was imported: {bad.reason}", 2) from None
@@ -813,7 +815,7 @@ def import_cmd(
         raise fail(str(error)) from None
     agents = sorted({e.agent_id for e in events})
     if timeout:
-        wait_archived(settings, plan, timeout)
+        wait_archived(history, plan, timeout)
     console.print(f"imported {count} events of {', '.join(agents)}")
     for agent_id, present in plan.present.items():
         console.print(f"{agent_id}: the first {present} events of the file were here already")

@@ -14,14 +14,14 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.rebase import EARLIEST
+from engram.rebase import Refused, check_moment
 from engram.recall import Recaller, recalled_event
 from engram.results import DEFAULT_EPISODES, RecalledMemory, RecallResult, Snapshot
 from engram.snapshot import UnknownAgent, take_snapshot
@@ -37,15 +37,14 @@ Publish = Callable[[Sequence[Event]], Awaitable[None]]
 
 
 def check_as_of(as_of: datetime) -> None:
-    """ValueError for a moment the history cannot hold: before
-    :data:`engram.rebase.EARLIEST` or in the future (a naive one is the caller's to
-    refuse)."""
+    """ValueError for a moment the history cannot hold (:func:`engram.rebase.check_moment`:
+    before 1900 or in the future); a naive one is the caller's to refuse."""
     if as_of.tzinfo is None:
         return
-    if as_of < EARLIEST:
-        raise ValueError(f"as_of {as_of.isoformat()} is before any history (the earliest is 1900)")
-    if as_of > datetime.now(UTC):
-        raise ValueError(f"as_of {as_of.isoformat()} is in the future")
+    try:
+        check_moment(as_of)
+    except Refused as refused:
+        raise ValueError(f"as_of {refused}") from None
 
 
 class RecallRequest(BaseModel):

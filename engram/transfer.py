@@ -45,7 +45,7 @@ import fastavro
 from engram.client import read_up_file
 from engram.errors import EngramError
 from engram.settings import Settings
-from schemas import BadEvent, Codec, Event
+from schemas import BadEvent, Codec, Event, SubjectErasureRequested
 from schemas.raw import MemoryForked, MemoryRolledBack
 from schemas.sealed import is_sealed
 from sinks.keys import BlockingKeyring, MasterKey, OpenEvent
@@ -65,7 +65,7 @@ LOG_RECORD: dict[str, Any] = {
 }
 _PARSED = fastavro.parse_schema(LOG_RECORD)
 PAGE = 5_000
-ERASURE_COPY = "subject.erasure_requested"
+ERASURE_COPY = SubjectErasureRequested.TYPE
 """An erasure's per-agent copy in an agent's log (see the module: never exported)."""
 
 

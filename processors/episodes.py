@@ -131,7 +131,7 @@ class Episodes:
         state: EpisodesState,
         params: EpisodeParams,
         scoring: ScoringParams,
-        agent_id: str = "",
+        agent_id: str,
     ) -> None:
         self.agent_id = agent_id
         """Whose episodes: part of every memory and episode id (:func:`memory_id_of`)."""
@@ -174,7 +174,7 @@ class Episodes:
             current.user_id = fields["user_id"]
         current.turns.append(turn)
         if turn[IMPORTANCE] >= self.single:
-            memories.append(self._turn_memory(turn, self.agent_id, fields["user_id"], sid))
+            memories.append(self._turn_memory(turn, fields["user_id"], sid))
         if len(current.turns) >= self.max_turns:
             self._close(sid, "turn_count", closed, memories)
         if closed or memories:
@@ -244,11 +244,10 @@ class Episodes:
             entities,
         )
 
-    @staticmethod
-    def _turn_memory(turn: Said, agent_id: str, user_id: str | None, session_id: str) -> NewMemory:
+    def _turn_memory(self, turn: Said, user_id: str | None, session_id: str) -> NewMemory:
         source = turn[EVENT_ID]
         return NewMemory(  # positional (in field order): the faster call
-            memory_id_of("turn", agent_id, source),  # memory_id
+            memory_id_of("turn", self.agent_id, source),  # memory_id
             "L2",  # layer
             "turn",  # kind
             turn[CONTENT],  # text
