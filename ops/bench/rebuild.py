@@ -10,6 +10,10 @@ Qdrant Edge in a temp dir.
    recorded vector: no model is called), rebuilt into a new Edge version and
    swapped in. Figure: points per second.
 
+The records are sealed under per-subject keys on a key topic, as the stack's derived
+log is by default, and the rebuild opens them with a keyring read from that topic,
+as ``engram rebuild`` does; ``--clear`` writes them in clear Avro (``ENGRAM_SEAL=off``).
+
 References in the same run, on the same records: a plain aiokafka consumer reading
 every record (the floor of reading the log); ``Codec.decode`` alone; the rebuild's
 bytes-to-rows road alone (:func:`ops.rebuild.change_rows`); Edge upserting
@@ -26,10 +30,13 @@ import json
 import os
 import random
 import resource
+import secrets
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +55,64 @@ from ops.rebuild import (
     change_rows,
     rebuild,
 )
-from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
+from ops.topics import COMPACTED, KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.recall import document_sparse
-from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
+from schemas import Codec, DerivedEvent, Event, MemoryCreated, MemoryEmbedded
+from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory
+from sinks.keys import BlockingKeyring, KafkaKeyring, MasterKey, OpenEvent
 from sinks.vectors import EdgeIndex, Point
 from streams.vectors import document_terms
 
 CHANGES_TOPIC = "bench.memory.changes"
 VECTORS_TOPIC = "bench.memory.vectors"
+KEYS_TOPIC = "bench.keys"
+
+Encode = Callable[[list[Event]], list[bytes]]
+"""Bytes of events, in order, as the bench writes them (sealed or clear)."""
+
+
+class Keys:
+    """The bench's keys: a master key and the key topic on the bench's broker, or none
+    (``--clear``). :meth:`encode` writes events as the fold would, :meth:`opener` reads
+    them back as ``engram rebuild`` does."""
+
+    def __init__(self, bootstrap: str, sealed: bool) -> None:
+        self.bootstrap = bootstrap
+        self.master = MasterKey(secrets.token_bytes(32)) if sealed else None
+
+    def encode(self, events: list[Event]) -> list[bytes]:
+        """Sealed bytes (their new data keys written to the key topic first) or clear."""
+        if self.master is None:
+            codec = Codec()
+            return [codec.encode(event) for event in events]
+        return asyncio.run(self._sealed(events, self.master))
+
+    async def _sealed(self, events: list[Event], master: MasterKey) -> list[bytes]:
+        ring = KafkaKeyring(self.bootstrap, KEYS_TOPIC, master)
+        await ring.start()
+        try:
+            codec = SealingCodec(ring, remember=False)
+            out = [codec.encode(event) for event in events]
+            await ring.flush()
+            return out
+        finally:
+            await ring.stop()
+
+    @contextmanager
+    def opener(self) -> Iterator[OpenEvent | None]:
+        """What the stack hands a rebuild: a keyring read from the topic, or None."""
+        if self.master is None:
+            yield None
+            return
+        keys = BlockingKeyring(self.bootstrap, KEYS_TOPIC, self.master)
+        try:
+            yield keys.opener()
+        finally:
+            keys.close()
+
+
 MODEL = "bench-model"
 
 
@@ -75,31 +130,35 @@ def fold(raw_events: int, agents: int) -> list[DerivedEvent]:
     return derived
 
 
-def encoded_changes(n: int, template: list[DerivedEvent]) -> list[tuple[bytes, bytes]]:
-    """``n`` (key, Avro) records: copies of ``template`` under renamed agents."""
-    codec, out = Codec(), list[tuple[bytes, bytes]]()
+def encoded_changes(
+    n: int, template: list[DerivedEvent], encode: Encode
+) -> list[tuple[bytes, bytes]]:
+    """``n`` (key, value) records: copies of ``template`` under renamed agents."""
+    events = list[Event]()
     copy = 0
-    while len(out) < n:
+    while len(events) < n:
         for event in template:
             agent = f"{event.agent_id}-c{copy}"
-            renamed = event.model_copy(
-                update={"agent_id": agent, "event_id": uuid.uuid5(event.event_id, agent)}
+            events.append(
+                event.model_copy(
+                    update={"agent_id": agent, "event_id": uuid.uuid5(event.event_id, agent)}
+                )
             )
-            out.append((agent.encode(), codec.encode(renamed)))
-            if len(out) == n:
+            if len(events) == n:
                 break
         copy += 1
-    return out
+    values = encode(events)
+    return [(e.agent_id.encode(), v) for e, v in zip(events, values, strict=True)]
 
 
 def encoded_vectors(
-    points: int, dims: int, template: list[MemoryCreated], *, terms: bool = True
+    points: int, dims: int, template: list[MemoryCreated], encode: Encode, *, terms: bool = True
 ) -> list[tuple[bytes, bytes]]:
     """``points`` memories: each a ``memory.created`` and its ``memory.embedded``, with
     the BM25 weights of the text recorded beside the vector as the embedding agent
     records them (v2), or, without ``terms``, none (the rebuild computes them, as for
     vectors recorded before version 2)."""
-    codec, rng, out = Codec(), np.random.default_rng(7), []
+    rng, events = np.random.default_rng(7), list[Event]()
     for i in range(points):
         base = template[i % len(template)]
         agent = f"{base.agent_id}-c{i // len(template)}"
@@ -129,8 +188,9 @@ def encoded_vectors(
                 "vector": [float(x) for x in vector / np.linalg.norm(vector)],
             },
         )
-        out += [(agent.encode(), codec.encode(created)), (agent.encode(), codec.encode(embedded))]
-    return out
+        events += [created, embedded]
+    values = encode(events)
+    return [(e.agent_id.encode(), v) for e, v in zip(events, values, strict=True)]
 
 
 async def publish(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
@@ -159,14 +219,19 @@ async def raw_consume(bootstrap: str, topic: str, n: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, float, Progress]:
+def timed_rebuild(
+    projection: Any, bootstrap: str, topic: str, open_event: OpenEvent | None
+) -> tuple[float, float, Progress]:
     """Wall seconds, CPU seconds of this process (every thread: the reader, chdb's and
-    the writers') and the progress of one rebuild of ``topic``."""
+    the writers') and the progress of one rebuild of ``topic`` (``open_event`` opens
+    sealed records)."""
     progress = Progress(
         "clickhouse" if isinstance(projection, ClickHouseProjection) else "vectors", False
     )
     started, cpu = time.perf_counter(), time.process_time()
-    status = asyncio.run(rebuild(projection, LogReader(bootstrap, topic), progress))
+    status = asyncio.run(
+        rebuild(projection, LogReader(bootstrap, topic), progress, open_event=open_event)
+    )
     elapsed = time.perf_counter() - started
     cpu = time.process_time() - cpu
     if status.state != "done":
@@ -175,30 +240,28 @@ def timed_rebuild(projection: Any, bootstrap: str, topic: str) -> tuple[float, f
 
 
 def bench_clickhouse(
-    bootstrap: str, home: Path, n: int, template: list[DerivedEvent]
+    bootstrap: str, home: Path, n: int, template: list[DerivedEvent], keys: Keys
 ) -> dict[str, Any]:
-    records = encoded_changes(n, template)
+    records = encoded_changes(n, template, keys.encode)
     publish_s = asyncio.run(publish(bootstrap, CHANGES_TOPIC, records))
     client = clickhouse_connect.get_client(dsn=f"chdb://{home / 'clickhouse'}")
     history = ClickHouseHistory(client)
     history.ensure_schema()
-    elapsed, cpu, progress = timed_rebuild(
-        ClickHouseProjection(history, settle_s=0), bootstrap, CHANGES_TOPIC
-    )
+    with keys.opener() as open_event:
+        elapsed, cpu, progress = timed_rebuild(
+            ClickHouseProjection(history, settle_s=0), bootstrap, CHANGES_TOPIC, open_event
+        )
+        sample = [value for _, value in records[:20_000]]
+        started = time.perf_counter()
+        change_rows(Codec(), sample, open_event)
+        rows_s = (time.perf_counter() - started) / len(sample) * n
     rows = int(client.query("SELECT count() FROM memory_changes").result_rows[0][0])
     live = history.live_version()
     client.close()
     consume_s = asyncio.run(raw_consume(bootstrap, CHANGES_TOPIC, n))
-    codec, sample = Codec(), [value for _, value in records[:20_000]]
-    started = time.perf_counter()
-    for value in sample:
-        codec.decode(value)
-    decode_s = (time.perf_counter() - started) / len(sample) * n
-    started = time.perf_counter()
-    change_rows(codec, sample)
-    rows_s = (time.perf_counter() - started) / len(sample) * n
     return {
         "derived_events": n,
+        "sealed": keys.master is not None,
         "avg_event_bytes": round(sum(len(v) for _, v in records) / n),
         "publish_s": round(publish_s, 1),
         "rebuild_s": round(elapsed, 2),
@@ -206,7 +269,6 @@ def bench_clickhouse(
         "rebuild_cpu_us_per_event": round(cpu / n * 1e6, 1),
         "raw_consume_per_s": round(n / consume_s),
         "ratio_to_raw_consume": round(consume_s / elapsed, 4),
-        "decode_alone_per_s": round(n / decode_s),
         "change_rows_alone_per_s": round(n / rows_s),
         "rows_in_rebuilt_table": rows,
         "live_version": live,
@@ -220,16 +282,18 @@ def bench_vectors(
     points: int,
     dims: int,
     template: list[MemoryCreated],
+    keys: Keys,
     *,
     terms: bool = True,
 ) -> dict[str, Any]:
-    records = encoded_vectors(points, dims, template, terms=terms)
+    records = encoded_vectors(points, dims, template, keys.encode, terms=terms)
     publish_s = asyncio.run(publish(bootstrap, VECTORS_TOPIC, records))
     index = EdgeIndex(home / "vectors")
     index.ensure(dims)
     try:
         cpu, projection = cpu_times(), TimedVectors(index, MODEL)
-        elapsed, _, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC)
+        with keys.opener() as open_event:
+            elapsed, _, _ = timed_rebuild(projection, bootstrap, VECTORS_TOPIC, open_event)
         fixed_s = sum(projection.fixed.values())
         own_s, children_s = (after - before for after, before in zip(cpu_times(), cpu, strict=True))
         rebuilt = index.points()
@@ -245,6 +309,7 @@ def bench_vectors(
     terms_s = (time.perf_counter() - started) / len(texts) * points
     return {
         "points": points,
+        "sealed": keys.master is not None,
         "dims": dims,
         "recorded_terms": terms,
         "records": len(records),
@@ -325,6 +390,11 @@ def main() -> None:
         action="store_true",
         help="vectors recorded without BM25 weights (as before memory.embedded v2)",
     )
+    parser.add_argument(
+        "--clear",
+        action="store_true",
+        help="records in clear Avro (ENGRAM_SEAL=off) instead of sealed, the default",
+    )
     args = parser.parse_args()
     random.seed(0)
     template = fold(args.raw, 50)
@@ -336,16 +406,24 @@ def main() -> None:
             specs = [
                 TopicSpec(CHANGES_TOPIC, 6, KEEP_FOREVER),
                 TopicSpec(VECTORS_TOPIC, 6, KEEP_FOREVER),
+                TopicSpec(KEYS_TOPIC, 1, COMPACTED),
             ]
             asyncio.run(ensure_topics(broker.bootstrap, specs))
+            keys = Keys(broker.bootstrap, sealed=not args.clear)
             if args.skip != "clickhouse":
                 result["clickhouse"] = bench_clickhouse(
-                    broker.bootstrap, home, args.events, template
+                    broker.bootstrap, home, args.events, template, keys
                 )
                 print(json.dumps(result["clickhouse"]), flush=True)
             if args.skip != "vectors":
                 result["vectors"] = bench_vectors(
-                    broker.bootstrap, home, args.points, args.dims, created, terms=not args.no_terms
+                    broker.bootstrap,
+                    home,
+                    args.points,
+                    args.dims,
+                    created,
+                    keys,
+                    terms=not args.no_terms,
                 )
     finally:
         shutil.rmtree(home, ignore_errors=True)
