@@ -91,6 +91,7 @@ from schemas import (
     SubjectErased,
 )
 from schemas.avro import MAGIC
+from schemas.sealed import is_sealed, sealed_kind
 from sinks.clickhouse import (
     CHANGE_COLUMNS,
     CHANGES,
@@ -100,7 +101,7 @@ from sinks.clickhouse import (
     version_table,
 )
 from sinks.embedding import Embedder
-from sinks.keys import OpenEvent
+from sinks.keys import KeyedOpener, OpenEvent
 from sinks.transcode import Transcoder, Unsupported, transcoder
 from sinks.vectors import (
     Hit,
@@ -755,8 +756,10 @@ class VectorProjection:
     ) -> list[Op]:
         """The store operations of ``values``, in log order, as :meth:`apply` makes
         them of :func:`decode_derived`'s events. Recorded vectors and creations in plain
-        current-schema Avro are read without pydantic (:class:`PlainRecords`: the fold
-        and the embedding agent validated what they wrote), the others of the types the
+        current-schema Avro (sealed ones once ``open_event``, a
+        :class:`~sinks.keys.KeyedOpener`, unsealed them) are read without pydantic
+        (:class:`PlainRecords`: the fold and the embedding agent validated what they
+        wrote), the others of the types the
         projection acts on take the typed road, and the rest is skipped by its header
         (working memory, episodes … : most of the log). A creation takes the BM25
         weights recorded beside a vector of it in the same batch (``memory.embedded``'s
@@ -764,10 +767,13 @@ class VectorProjection:
         gives today), else they are computed from its text."""
         plain = self.plain_records(codec)
         read = BatchRead()
+        unseal = open_event.unseal if isinstance(open_event, KeyedOpener) else None
         for value in values:
             kind = header_kind(codec, value)
             if kind is not None and kind not in VECTOR_TYPES:
                 continue  # read from the header alone: no decoding
+            if unseal is not None and kind in PLAIN_KINDS and is_sealed(value):
+                value = unseal(value) or value  # its clear bytes read as plain ones
             recorded = plain.vector(value) if kind == EMBEDDED else None
             record = plain.creation(value) if kind == CREATED else None
             if recorded is not None:
@@ -930,6 +936,10 @@ def coalesce(ops: list[Op]) -> list[Op]:
 EMBEDDED = MemoryEmbedded.TYPE
 CREATED = MemoryCreated.TYPE
 
+PLAIN_KINDS = frozenset({EMBEDDED, CREATED})
+"""The types :meth:`VectorProjection.read` reads as plain records (sealed ones once
+unsealed)."""
+
 CAUGHT_UP = 2_000
 """Lag (records) below which a rebuild stops its open passes and swaps."""
 
@@ -976,8 +986,10 @@ def change_rows(
     events among ``values`` but ``memory.embedded``, equal value for value, and the
     erasures among them. Plain Avro of a current derived schema is read without
     pydantic (:meth:`Codec.read_record`, :func:`sinks.clickhouse.record_row`): the fold
-    validated what it wrote; anything else (sealed, an older writer schema, JSON, bad
-    bytes, erasures) takes :func:`decode_derived`'s road. Plain Avro within the size
+    validated what it wrote; so are the clear bytes of a sealed derived event that
+    ``open_event`` (a :class:`~sinks.keys.KeyedOpener`) unseals without decoding;
+    anything else (an older writer schema, JSON, bad bytes, erasures, sealed bytes it
+    does not unseal) takes :func:`decode_derived`'s road. Plain Avro within the size
     limit whose fingerprint is a key of ``native`` is not read at all: its body goes
     to :attr:`Changes.bodies`, for ClickHouse to read (:mod:`sinks.transcode`)."""
     rows: list[list[Any]] = []
@@ -986,7 +998,12 @@ def change_rows(
     native = native or {}
     limit = codec.max_bytes
     embedded = {fp for fp, w in codec.writers.items() if w.reader.event_type is MemoryEmbedded}
+    unseal = open_event.unseal if isinstance(open_event, KeyedOpener) else None
     for value in values:
+        if unseal is not None and is_sealed(value):
+            if sealed_kind(value) == EMBEDDED:  # skipped by its clear envelope
+                continue
+            value = unseal(value) or value  # the clear bytes take the roads below
         fp = value[2:10]
         if fp in native and value[:2] == MAGIC and len(value) <= limit:
             group = bodies.get(fp)

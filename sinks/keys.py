@@ -487,18 +487,18 @@ class BlockingKeyring:
             except Exception as error:  # the next round tries again
                 log.warning("reading the key topic failed: %r", error)
 
-    def opener(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = 1.0) -> OpenEvent:
+    def opener(
+        self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = 1.0
+    ) -> KeyedOpener:
         """An :data:`OpenEvent` over these keys: unknown keys are refreshed and waited
         for, and the keys are read again when the last read is older than
         ``max_age_s`` (so a replay started after a key was destroyed skips its events)."""
-        codec = SealingCodec(self.book, max_bytes=max_bytes)
+        return KeyedOpener(self, SealingCodec(self.book, max_bytes=max_bytes), max_age_s)
 
-        def open_event(raw: bytes) -> Event | None:
-            if time.monotonic() - self._read_at > max_age_s:
-                self.refresh()
-            return open_waiting(codec, raw, self.refresh)
-
-        return open_event
+    def fresh(self, max_age_s: float) -> None:
+        """Read the keys again if the last read is older than ``max_age_s``."""
+        if time.monotonic() - self._read_at > max_age_s:
+            self.refresh()
 
     def close(self) -> None:
         if self._loop.is_closed():
@@ -509,6 +509,32 @@ class BlockingKeyring:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         self._loop.close()
+
+
+class KeyedOpener:
+    """:meth:`BlockingKeyring.opener`: an :data:`OpenEvent` (call it) that can also
+    hand over a sealed derived event's clear bytes undecoded (:meth:`unseal`), for a
+    rebuild that has ClickHouse read them."""
+
+    def __init__(self, keys: BlockingKeyring, codec: SealingCodec, max_age_s: float) -> None:
+        self.keys = keys
+        self.codec = codec
+        self.max_age_s = max_age_s
+
+    def __call__(self, raw: bytes) -> Event | None:
+        self.keys.fresh(self.max_age_s)
+        return open_waiting(self.codec, raw, self.keys.refresh)
+
+    def unseal(self, raw: bytes) -> bytes | None:
+        """The clear bytes inside sealed ``raw`` when they can be had without decoding
+        them (:meth:`schemas.sealed.Sealer.inner`: a derived event, its key known);
+        None otherwise: call the opener, which waits for a key, skips what is
+        shredded and says what is bad. Keys are as fresh as the opener's."""
+        sealer = self.codec.sealer
+        if sealer is None:
+            return None
+        self.keys.fresh(self.max_age_s)
+        return sealer.inner(raw)
 
 
 def open_waiting(

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas
-from schemas import BadEvent, Codec, Event, InteractionRecorded
+from schemas import BadEvent, Codec, Event, InteractionRecorded, MemoryReinforced
 from schemas.avro import AVSC_DIR, MAGIC, epoch_millis, fingerprint
 from schemas.sealed import (
     RECENT,
@@ -31,6 +31,7 @@ from schemas.sealed import (
     Sealer,
     Shredded,
     UnknownKey,
+    _aad,
     _sealed_fields,
     _sealed_key,
     _sealed_type,
@@ -479,3 +480,112 @@ def test_a_sealer_that_does_not_remember_hands_nothing_off() -> None:
     raw = forgetful.seal(event, codec.encode(event))
     assert forgetful.open(raw) == event and len(RECENT) == 0
     assert Sealer(codec, keys).open(raw) == event and RECENT.get(raw) is not None
+
+
+# -- unsealing by hand: a derived event's clear bytes, as opening would read them ---
+
+
+def forged(event: Event, keys: KeyBook, **envelope: Any) -> bytes:
+    """``event`` sealed under its envelope with ``envelope``'s fields changed, and
+    authenticated as a sealer would: what only a holder of the key can write."""
+    record = fastavro.schemaless_reader(
+        io.BytesIO(Sealer(Codec(), keys).seal(event)[10:]),
+        fastavro.parse_schema(SEALED_SCHEMA),
+        None,
+    )
+    assert isinstance(record, dict)
+    record.update({"event_id": str(record["event_id"]), **envelope})
+    if "subject" in envelope and record["subject"] in keys.keys:  # under that subject's key
+        record["key_id"] = next(iter(keys.keys[record["subject"]]))
+    key = keys.find(record["subject"], record["key_id"]) or secrets.token_bytes(32)
+    aad = _aad(
+        record["event_id"], record["type"], record["agent_id"], record["subject"], record["key_id"]
+    )
+    record["ciphertext"] = AESGCM(key).encrypt(record["nonce"], Codec().encode(event), aad)
+    return write_sealed(record)
+
+
+def envelope_changes(event: Event) -> st.SearchStrategy[dict[str, Any]]:
+    """One change to a sealed envelope: a field to another value, or to one that reads
+    alike another way (an id's other spelling, the same millisecond)."""
+    values: dict[str, st.SearchStrategy[Any]] = {
+        "event_id": st.uuids().map(str) | st.just(str(event.event_id).upper()),
+        "type": st.sampled_from(sorted(schemas.TYPES_BY_NAME)),
+        "agent_id": st.text(max_size=5) | st.just(event.agent_id),
+        "session_id": st.none() | st.text(max_size=5),
+        "user_id": st.none() | st.text(max_size=5) | st.just(event.user_id),
+        "occurred_at": st.datetimes(timezones=st.just(UTC))
+        | st.just(event.occurred_at.replace(microsecond=0)),
+        "seq": st.none() | LONGS,
+        "idx": st.none() | LONGS,
+        "subject": st.sampled_from(["someone", event.agent_id, subject_of(event)]),
+    }
+    return st.sampled_from(sorted(values)).flatmap(
+        lambda name: values[name].map(lambda value: {name: value})
+    )
+
+
+@SEALING
+@given(data=st.data(), kind=st.sampled_from(schemas.DERIVED_TYPES))
+def test_unsealing_by_hand_gives_the_bytes_opening_reads(
+    data: st.DataObject, kind: type[Event]
+) -> None:
+    """``Sealer.inner`` hands over a derived event's clear bytes, undecoded, only when
+    opening gives the event those bytes decode to: never for an envelope that does
+    not match what it seals (even authenticated), broken bytes, or over the limit."""
+    event = data.draw(model_strategy(kind))
+    keys = book(subject_of(event), event.agent_id, "someone")
+    raw = Sealer(Codec(), keys).seal(event)
+    assert Sealer(Codec(), keys, remember=False).inner(raw) == Codec().encode(event)
+    changed = forged(event, keys, **data.draw(envelope_changes(event)))
+    small = data.draw(st.sampled_from([schemas.DEFAULT_MAX_BYTES, 64]))
+    for bytes_ in [changed, *variants(raw, data), *variants(changed, data)]:
+        sealer = Sealer(Codec(max_bytes=small), keys, remember=False)
+        inner = sealer.inner(bytes_)
+        if inner is not None:
+            assert sealer.open(bytes_) == Codec().decode(inner)
+
+
+def derived_said() -> MemoryReinforced:
+    source = said()
+    return MemoryReinforced(
+        event_id=UUID("7e57ab1e-0000-4000-8000-00000000abcd"),
+        agent_id=source.agent_id,
+        session_id=source.session_id,
+        user_id=source.user_id,
+        occurred_at=datetime(2026, 11, 27, 12, 0, 0, 250000, tzinfo=UTC),
+        source_event_id=source.event_id,
+        seq=3,
+        idx=1,
+        config_version="c1",
+        body={"memory_id": "m1", "strength": 2.5, "reinforcements": 1, "reason": "recall"},
+    )
+
+
+def test_unsealing_leaves_to_opening_what_it_does_not_vouch_for() -> None:
+    keys = book("mei", "travel-bot")
+    sealer = Sealer(Codec(), keys, remember=False)
+    clear = said()  # a raw event: not a derived one
+    assert sealer.inner(sealer.seal(clear)) is None
+    event = derived_said()
+    raw = sealer.seal(event)
+    assert sealer.inner(raw) == Codec().encode(event)
+    # authenticated, yet naming another session than the event inside: opening refuses it
+    other = forged(event, keys, session_id="elsewhere")
+    assert sealer.inner(other) is None
+    with pytest.raises(BadEvent, match="does not match its clear envelope"):
+        sealer.open(other)
+    for position in ({"seq": 4}, {"idx": 0}, {"subject": "travel-bot"}):  # not in the head
+        moved = forged(event, keys, **position)
+        assert sealer.inner(moved) is None
+        with pytest.raises(BadEvent, match="does not match its clear envelope"):
+            sealer.open(moved)
+    # the other spelling of its id opens (fastavro's road authenticates the canonical
+    # one), and is left to it
+    upper = rewrite(raw, event_id=str(event.event_id).upper())
+    assert sealer.inner(upper) is None and sealer.open(upper) == event
+    # a destroyed key: opening says shredded
+    keys.keys["mei"] = dict.fromkeys(keys.keys["mei"])
+    assert sealer.inner(raw) is None
+    with pytest.raises(Shredded):
+        sealer.open(raw)
