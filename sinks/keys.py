@@ -487,9 +487,7 @@ class BlockingKeyring:
             except Exception as error:  # the next round tries again
                 log.warning("reading the key topic failed: %r", error)
 
-    def opener(
-        self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = 1.0
-    ) -> KeyedOpener:
+    def opener(self, *, max_bytes: int = DEFAULT_MAX_BYTES, max_age_s: float = 1.0) -> KeyedOpener:
         """An :data:`OpenEvent` over these keys: unknown keys are refreshed and waited
         for, and the keys are read again when the last read is older than
         ``max_age_s`` (so a replay started after a key was destroyed skips its events)."""
