@@ -436,8 +436,9 @@ class Sealer:
             return None
         if len(inner) > self.codec.max_bytes or inner[:2] != MAGIC:
             return None
-        writer = self.codec.writers.get(inner[2:10])
-        if writer is None or kind != writer.reader.event_type.TYPE or not _derived_head(writer):
+        fp = inner[2:10]
+        writer = self.codec.writers.get(fp)
+        if writer is None or kind != writer.reader.event_type.TYPE or not _derived_head(fp, writer):
             return None
         # event_id … occurred_at are written alike in both records: their bytes agree
         if inner[10:head] != raw[10:head] or _inner_positions(inner, head) != (seq, idx):
@@ -791,16 +792,17 @@ reads them by hand: names and types (a logical type named for itself)."""
 MIN_MILLIS = epoch_millis(datetime(1, 1, 1, tzinfo=UTC))
 MAX_MILLIS = epoch_millis(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC))
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_HEADS: dict[int, bool] = {}
+_HEADS: dict[bytes, bool] = {}
 
 
-def _derived_head(writer: WriterSchema) -> bool:
-    """Whether ``writer``'s record opens with :data:`DERIVED_HEAD` (remembered)."""
-    known = _HEADS.get(id(writer.parsed))
+def _derived_head(fingerprint: bytes, writer: WriterSchema) -> bool:
+    """Whether ``writer`` (the schema of ``fingerprint``) opens its record with
+    :data:`DERIVED_HEAD`; remembered by fingerprint, which names the schema."""
+    known = _HEADS.get(fingerprint)
     if known is None:
         fields = writer.parsed.get("fields", []) if isinstance(writer.parsed, dict) else []
         head = tuple((f["name"], _type_name(f["type"])) for f in fields[: len(DERIVED_HEAD)])
-        known = _HEADS[id(writer.parsed)] = head == DERIVED_HEAD
+        known = _HEADS[fingerprint] = head == DERIVED_HEAD
     return known
 
 

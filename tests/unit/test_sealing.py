@@ -32,6 +32,7 @@ from schemas.sealed import (
     Shredded,
     UnknownKey,
     _aad,
+    _derived_head,
     _sealed_fields,
     _sealed_key,
     _sealed_type,
@@ -619,3 +620,15 @@ def test_the_view_for_unsealing_reads_what_the_hand_reads(
     )
     view = _sealed_view(raw)
     assert view is not None and view[0] == 10 + len(head.getvalue())
+
+
+def test_whether_a_schema_opens_like_a_derived_event_is_known_by_its_fingerprint() -> None:
+    """The answer is remembered by the schema's fingerprint, not by where a codec's
+    parsed schema happens to live: codecs come and go (and their memory is reused)
+    without a raw type ever passing for a derived one, or the other way round."""
+    for _ in range(100):
+        codec = Codec()
+        for fp, writer in codec.writers.items():
+            derived = issubclass(writer.reader.event_type, schemas.DerivedEvent)
+            assert _derived_head(fp, writer) is derived, writer.reader.event_type
+        del codec
