@@ -101,7 +101,7 @@ from sinks.clickhouse import (
     version_table,
 )
 from sinks.embedding import Embedder
-from sinks.keys import KeyedOpener, OpenEvent
+from sinks.keys import OpenEvent, Unsealing
 from sinks.transcode import Transcoder, Unsupported, transcoder
 from sinks.vectors import (
     Hit,
@@ -756,8 +756,8 @@ class VectorProjection:
     ) -> list[Op]:
         """The store operations of ``values``, in log order, as :meth:`apply` makes
         them of :func:`decode_derived`'s events. Recorded vectors and creations in plain
-        current-schema Avro (sealed ones once ``open_event``, a
-        :class:`~sinks.keys.KeyedOpener`, unsealed them) are read without pydantic
+        current-schema Avro (sealed ones once ``open_event``, an
+        :class:`~sinks.keys.Unsealing` opener, unsealed them) are read without pydantic
         (:class:`PlainRecords`: the fold and the embedding agent validated what they
         wrote), the others of the types the
         projection acts on take the typed road, and the rest is skipped by its header
@@ -767,7 +767,7 @@ class VectorProjection:
         gives today), else they are computed from its text."""
         plain = self.plain_records(codec)
         read = BatchRead()
-        unseal = open_event.unseal if isinstance(open_event, KeyedOpener) else None
+        unseal = open_event.unseal if isinstance(open_event, Unsealing) else None
         for value in values:
             kind = header_kind(codec, value)
             if kind is not None and kind not in VECTOR_TYPES:
@@ -987,7 +987,7 @@ def change_rows(
     erasures among them. Plain Avro of a current derived schema is read without
     pydantic (:meth:`Codec.read_record`, :func:`sinks.clickhouse.record_row`): the fold
     validated what it wrote; so are the clear bytes of a sealed derived event that
-    ``open_event`` (a :class:`~sinks.keys.KeyedOpener`) unseals without decoding;
+    ``open_event`` (:class:`~sinks.keys.Unsealing`) unseals without decoding;
     anything else (an older writer schema, JSON, bad bytes, erasures, sealed bytes it
     does not unseal) takes :func:`decode_derived`'s road. Plain Avro within the size
     limit whose fingerprint is a key of ``native`` is not read at all: its body goes
@@ -998,7 +998,7 @@ def change_rows(
     native = native or {}
     limit = codec.max_bytes
     embedded = {fp for fp, w in codec.writers.items() if w.reader.event_type is MemoryEmbedded}
-    unseal = open_event.unseal if isinstance(open_event, KeyedOpener) else None
+    unseal = open_event.unseal if isinstance(open_event, Unsealing) else None
     for value in values:
         if unseal is not None and is_sealed(value):
             if sealed_kind(value) == EMBEDDED:  # skipped by its clear envelope

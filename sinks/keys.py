@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from cryptography.exceptions import InvalidTag
@@ -51,6 +51,18 @@ T = TypeVar("T")
 OpenEvent = Callable[[bytes], Event | None]
 """A reader of stored event bytes, clear or sealed: the event, or None when it is
 shredded (skip it); BadEvent for bad bytes (see :func:`open_waiting`)."""
+
+
+@runtime_checkable
+class Unsealing(Protocol):
+    """An :data:`OpenEvent` that can also hand over a sealed derived event's clear
+    bytes undecoded, or None where it does not vouch for them (then call it):
+    :class:`KeyedOpener`."""
+
+    def __call__(self, raw: bytes) -> Event | None: ...
+
+    def unseal(self, raw: bytes) -> bytes | None: ...
+
 
 SEPARATOR = "\x1f"
 KEY_BYTES = 32
