@@ -419,11 +419,13 @@ class Sealer:
         order of :data:`DERIVED_HEAD` (a property test holds the two roads equal)."""
         if len(raw) > self.codec.max_bytes + OVERHEAD:
             return None
-        view = _sealed_view(raw)
-        if view is None:
+        read = _sealed_read(raw)
+        if read is None:
             return None
-        head, event_id, kind, agent, named, millis, seq, idx, subject, key_id, nonce, sealed = view
-        if seq is None or idx is None or subject != named or len(nonce) != 12:
+        head, (event_id, kind, agent, _, user, millis, seq, idx, subject, key_id, nonce, sealed) = (
+            read
+        )
+        if seq is None or idx is None or subject != (user or agent) or len(nonce) != 12:
             return None
         key = self.keyring.find(subject, key_id)
         if key is None or not _CANONICAL_UUID.fullmatch(event_id):
@@ -713,14 +715,21 @@ def _sealed_fields(raw: bytes) -> SealedFields | None:
     hand; None when any is not as a writer of the schema writes it (a varint over 10
     bytes, a union branch not 0 or 1, text not UTF-8, bytes beyond the end or after
     the record)."""
+    read = _sealed_read(raw)
+    return None if read is None else read[1]
+
+
+def _sealed_read(raw: bytes) -> tuple[int, SealedFields] | None:
+    """:func:`_sealed_fields`, and the position after ``occurred_at``: the fields
+    before it are written alike in a derived event's own record (:meth:`Sealer.inner`)."""
     try:
         event_id, p = _text(raw, 10)
         kind, p = _text(raw, p)
         agent, p = _text(raw, p)
         session, p = _optional(raw, p, _text)
         user, p = _optional(raw, p, _text)
-        millis, p = _long(raw, p)
-        seq, p = _optional(raw, p, _long)
+        millis, head = _long(raw, p)
+        seq, p = _optional(raw, head, _long)
         idx, p = _optional(raw, p, _long)
         subject, p = _text(raw, p)
         key_id, p = _text(raw, p)
@@ -730,7 +739,8 @@ def _sealed_fields(raw: bytes) -> SealedFields | None:
         return None
     if p != len(raw):
         return None
-    return event_id, kind, agent, session, user, millis, seq, idx, subject, key_id, nonce, sealed
+    fields = event_id, kind, agent, session, user, millis, seq, idx, subject, key_id, nonce, sealed
+    return head, fields
 
 
 def _long(raw: bytes, position: int) -> tuple[int, int]:
@@ -826,53 +836,6 @@ def _inner_positions(inner: bytes, head: int) -> tuple[int, int] | None:
     except (IndexError, ValueError):
         return None
     return seq, idx
-
-
-SealedView = tuple[int, str, str, str, str, int, int | None, int | None, str, str, bytes, bytes]
-"""What :meth:`Sealer.inner` reads of sealed bytes: the position after ``occurred_at``,
-``event_id``, ``type``, ``agent_id``, the subject the event names (its user, else its
-agent), ``occurred_at`` in epoch milliseconds, ``seq``, ``idx``, ``subject``,
-``key_id``, ``nonce`` and ``ciphertext``."""
-
-
-def _sealed_view(raw: bytes) -> SealedView | None:
-    """:data:`SealedView` of sealed ``raw``, read as :func:`_sealed_fields` reads (None
-    where it gives None), the one-byte lengths of the first three strings read in
-    place (~4 µs a record of the rebuild bench, about what :func:`_sealed_fields`
-    costs; it also gives where the head ends)."""
-    try:
-        texts: list[str] = []
-        p = 10
-        for _ in range(3):  # event_id, type, agent_id
-            n = raw[p]
-            if n < 0x80 and not n & 1:
-                p += 1
-                n >>= 1
-            else:
-                n, p = _long(raw, p)
-                if n < 0:
-                    return None
-            if p + n > len(raw):
-                return None
-            texts.append(raw[p : p + n].decode())
-            p += n
-        event_id, kind, agent = texts
-        _, p = _optional(raw, p, _text)  # the session: read (as UTF-8), not needed
-        user, p = _optional(raw, p, _text)
-        named = user or agent  # subject_of's rule
-        millis, p = _long(raw, p)
-        head = p
-        seq, p = _optional(raw, p, _long)
-        idx, p = _optional(raw, p, _long)
-        subject, p = _text(raw, p)
-        key_id, p = _text(raw, p)
-        nonce, p = _blob(raw, p)
-        sealed, p = _blob(raw, p)
-    except (IndexError, ValueError):  # UnicodeDecodeError is a ValueError
-        return None
-    if p != len(raw):
-        return None
-    return head, event_id, kind, agent, named, millis, seq, idx, subject, key_id, nonce, sealed
 
 
 class _NoKeys:
