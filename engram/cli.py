@@ -372,8 +372,12 @@ def reprocess(
     if up is None:
         raise fail(f"engram is not running (no {settings.up_file}); start `engram up` first", 2)
     if show:
-        found = httpx.get(f"{up['http']}/v1/admin/derivations", timeout=30).json()
-        for d in found:
+        try:
+            answer = httpx.get(f"{up['http']}/v1/admin/derivations", timeout=30)
+            answer.raise_for_status()
+        except httpx.HTTPError as error:
+            raise fail(f"the stack did not answer: {error}") from None
+        for d in answer.json():
             console.print(
                 f"generation {d['generation']} {d['step']}: {d['version']} on {d['memory_topic']}"
             )
