@@ -651,6 +651,10 @@ class Reprocess:
         self.swapped = True  # from here on the stack finishes the swap if this dies
         await history.write([], [], checkpoints)
         live = await finish_swap(parts, plan)
+        if job.clickhouse.building:  # what the status names live from now on
+            job.clickhouse.live, job.clickhouse.building = job.clickhouse.building, None
+        if job.vectors.building:
+            job.vectors.live, job.vectors.building = job.vectors.building, None
         job.plan = live
         parts.on_swapped(live)
         parts.control.resume(live)
@@ -1017,20 +1021,33 @@ def run_reprocess(
         )
 
 
+CONFIG_SUFFIXES = {".json": "JSON", "": "JSON", ".toml": "TOML"}
+"""How :func:`load_config` reads a file, by its suffix (in any case)."""
+
+
 def load_config(path: str) -> MemoryConfig:
-    """A :class:`MemoryConfig` from a JSON or TOML file (by its suffix; JSON otherwise).
-    Raises ValueError with every problem found, each with its field's path."""
+    """A :class:`MemoryConfig` from a JSON or TOML file (by its suffix, in any case:
+    ``.json`` or none for JSON, ``.toml``). Raises ValueError with every problem found,
+    each with its field's path; an empty file is refused (not taken for the defaults:
+    write ``{}`` for those)."""
     file = Path(path)
+    kind = CONFIG_SUFFIXES.get(file.suffix.lower())
+    if kind is None:
+        raise ValueError(f"{path}: a config is a .json or .toml file, not {file.suffix}")
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from error
-    try:
-        data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise ValueError(
-            f"{path} is not valid {file.suffix.lstrip('.') or 'JSON'}: {error}"
-        ) from error
+            f"{path} is not UTF-8 text: {error.reason} at byte {error.start}"
+        ) from None
+    if not text.strip():
+        raise ValueError(f"{path} is empty (write {{}} for the default parameters)")
+    try:
+        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid {kind}: {error}") from error
     try:
         return MemoryConfig.model_validate(data)
     except ValidationError as error:
