@@ -34,6 +34,7 @@ from engram.results import Snapshot
 from ops.bench.timetravel import comparable
 from ops.broker import EmbeddedBroker
 from ops.launch import launch
+from ops.net import free_port
 from ops.reprocess import group_members
 from ops.topics import topic_kinds
 from processors import AgentMemory, MemoryConfig
@@ -351,6 +352,16 @@ def test_reprocess_derives_with_new_parameters_and_swaps_while_reads_go_on(
     status = httpx.get(f"{world.stack.http}/v1/admin/reprocess", timeout=10).json()
     assert status["state"] == "done" and status["done"] == status["total"] > world.published()
     assert 0 < status["reused"] < status["embedded"]  # same texts kept their vectors
+    # the report names the versions the swap put in service, as the stack's status does
+    serving = httpx.get(f"{world.stack.http}/v1/status", timeout=10).json()["projections"]
+    assert (status["clickhouse"], status["vectors"]) == (
+        serving["clickhouse_memory_changes"],
+        serving["vectors_live"],
+    )
+    assert status["clickhouse"] != status["previous_clickhouse"]
+    assert status["vectors"] != status["previous_vectors"]
+    said = f"memory_changes v{status['clickhouse']} and vectors v{status['vectors']} live"
+    assert said in done.stdout
 
     # both time-travel roads answer with the new parameters, and agree
     agent = sorted(world.events)[0]
@@ -496,3 +507,24 @@ def test_a_new_embedding_model_reruns_only_the_embedding_stage(world: World) -> 
     again = engram(world, "rebuild", "vectors", timeout=600)
     assert again.returncode == 0, again.stderr + again.stdout
     assert topic_types(world.stack.bootstrap, topic) == after  # replayed, not embedded again
+
+
+def test_showing_the_derivations_of_a_stack_that_does_not_answer_says_so(
+    tmp_path: Path,
+) -> None:
+    """A stack killed with ``kill -9`` leaves its ``up.json``: ``--show`` says the
+    stack did not answer, in one line, as ``engram config --live`` does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "up.json").write_text(json.dumps({"http": f"http://127.0.0.1:{free_port()}"}))
+    for args in (("reprocess", "--show"), ("config", "--live")):
+        shown = subprocess.run(
+            engram_cmd(*args),
+            env=engram_env(home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shown.returncode == 1, args
+        assert "the stack did not answer" in shown.stderr and "Traceback" not in shown.stderr
