@@ -17,8 +17,10 @@ Guarantees:
   model name included. A redelivery after a crash, and a reprocess of the raw
   log into the same history (``engram up`` restoring the archive into an empty
   broker), re-fold the same events into the same ids and so reuse the record:
-  the model is never asked twice about an episode it answered. A history
-  rebuilt from nothing has no record to reuse and would ask again.
+  the model is never asked twice about an episode it answered. A reprocess
+  (``engram reprocess``) reuses them too where an episode has the same turns, and
+  asks about the episodes its parameters cut differently. A history rebuilt from
+  nothing has no record to reuse and would ask again.
 - **Never fatal, bounded in time.** A timeout, an HTTP error or an empty or
   malformed answer keeps the extractive summary (a warning, counted in
   :attr:`LlmSummariser.stats`); such an episode has no LLM record, so a later
@@ -120,6 +122,10 @@ class ClickHouseSummaryRecords:
         return await asyncio.get_running_loop().run_in_executor(self.history.executor, fn)
 
     async def recorded(self, closed: Sequence[EpisodeClosed]) -> dict[UUID, Recorded]:
+        """The recorded LLM summaries of these episodes, where the record summarised the
+        same turns (``sources``): a reprocess whose new parameters cut an episode
+        differently closes it with the same event id, and must not take the summary of
+        other turns."""
         parameters = {
             "a": sorted({e.agent_id for e in closed}),
             "s": sorted({e.seq for e in closed}),
@@ -128,9 +134,10 @@ class ClickHouseSummaryRecords:
         rows = await self._run(
             lambda: (
                 self.history.client.query(
-                    "SELECT toString(event_id), summary, summariser FROM ("
+                    "SELECT toString(event_id), summary, summariser, sources FROM ("
                     " SELECT event_id, JSONExtractString(body, 'summary') AS summary,"
-                    " JSONExtractString(body, 'summariser') AS summariser"
+                    " JSONExtractString(body, 'summariser') AS summariser,"
+                    " JSONExtract(body, 'sources', 'Array(String)') AS sources"
                     " FROM memory_changes FINAL"
                     " WHERE agent_id IN {a:Array(String)} AND seq IN {s:Array(UInt64)}"
                     " AND event_id IN {e:Array(UUID)} AND type = 'episode.closed')"
@@ -139,7 +146,12 @@ class ClickHouseSummaryRecords:
                 ).result_rows
             )
         )
-        return {UUID(event_id): Recorded(summary, name) for event_id, summary, name in rows}
+        turns = {str(e.event_id): list(e.body.sources) for e in closed}
+        return {
+            UUID(event_id): Recorded(summary, name)
+            for event_id, summary, name, sources in rows
+            if list(sources) == turns.get(event_id)
+        }
 
     async def turns(
         self, agent_ids: Collection[str], event_ids: Collection[str]
