@@ -92,6 +92,7 @@ from streams.pipeline import (
     past_reader,
     raw_codec,
 )
+from streams.summariser import Summariser
 from streams.vectors import decode_all, embedded_event
 
 CACHED = frozenset({MemoryCreated.TYPE, MemoryEmbedded.TYPE})
@@ -404,6 +405,10 @@ class Parts:
     make_keys: Callable[[], tuple[WorkerKeys, Codec]] | None = None
     """Keys of the reprocess's own (they start in its thread's loop) and the sealing
     codec over them."""
+    summariser: Summariser | None = None
+    """The stack's LLM summariser of episodes (``ENGRAM_LLM_URL``), or None: the new
+    derivation's episodes get its summaries as the live ones do (recorded ones of the
+    same turns reused, see :mod:`streams.summariser`)."""
     on_swapped: Callable[[Derivation], None] = lambda _: None
     stop_timeout_s: float = 60.0
     member_patience_s: float = member_patience(None)
@@ -545,6 +550,8 @@ class Reprocess:
     async def _derive(self, records: list[ConsumerRecord[Any, Any]]) -> None:
         assert self.deriver is not None and self.writer is not None
         out = await self.deriver.fold(records)
+        if self.parts.summariser is not None:  # as the worker's flush does, before all else
+            out.derived = await self.parts.summariser.rewrite(out.derived, out.sequenced)
         embedded = await self._embed(out.derived)
         derived = [*out.derived, *embedded]
         codec, topic = self.codec, self.job.plan.memory_topic

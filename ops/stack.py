@@ -313,6 +313,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             control=control,
             make_keys=(lambda: worker_keys(settings, bootstrap)) if settings.sealing else None,
             member_patience_s=member_patience(settings.group_timeouts()[0]),
+            summariser=episode_summariser(settings, history),
         )
         live = asyncio.run(recover(parts))
         if restored:  # a fresh broker: the derived topic is folded again from the start

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,8 +28,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from engram import Memory, make_event
 from ops.http import HttpThread
 from ops.net import free_port
+from processors import MemoryConfig
 from schemas import Event
-from tests.support import Stack, start_stack, wait_until
+from tests.support import Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
 AGENT = "llm-agent"
@@ -271,3 +274,41 @@ def first_line(stack: Stack, session_id: str) -> str:
     )
     role, content = rows[0]
     return f"{role}: {content}"
+
+
+def test_a_reprocess_keeps_the_summaries_of_the_same_turns(llm: FakeLlm, tmp_path: Path) -> None:
+    """``engram reprocess`` to new forgetting parameters cuts the same episodes: the
+    new derivation's episodes carry the LLM summaries recorded by the live one, and
+    the model is not asked again (a reprocess used to fall back to the extractive
+    summaries, and drop the old ones with the previous version)."""
+    stack = start_stack(tmp_path / "home", 90.0, **stack_env(llm))
+    try:
+        publish(stack, session("again", ["My passport number ends in 42.", "Noted."]))
+        episode_id, summary, summariser = closed(stack, "again")
+        assert summariser == "llm:" + MODEL
+        asked = llm.asked_about(first_line(stack, "again"))
+        config = tmp_path / "threshold.json"
+        config.write_text(json.dumps({"name": "lower", "forgetting": {"threshold": 0.1}}))
+        done = subprocess.run(
+            engram_cmd("reprocess", "--config", str(config)),
+            env=stack.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr + done.stdout
+        version = MemoryConfig.model_validate({"name": "lower", "forgetting": {"threshold": 0.1}})
+        made_by = stack.rows(
+            "SELECT config_version, JSONExtractString(body, 'summary') FROM memory_changes FINAL"
+            " WHERE agent_id = {a:String} AND session_id = {s:String}"
+            " AND type = 'episode.closed'",
+            a=AGENT,
+            s="again",
+        )
+        assert made_by == [(version.version, summary)]  # the new derivation's record
+        assert episode(stack, "again") == (episode_id, summary, summariser)
+        assert memory_text(stack, episode_id) == ("episode", summary)
+        assert llm.asked_about(first_line(stack, "again")) == asked
+    finally:
+        assert stack.stop() == 0
