@@ -42,6 +42,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import signal
 import threading
 import time
 import tomllib
@@ -238,6 +239,23 @@ class WorkerControl:
             if timeout is not None:
                 raise TimeoutError("no reprocess resumed the worker")
         return self.next
+
+    def wait_resumed(self) -> bool:
+        """Block until :meth:`resume` (True) or until SIGTERM or SIGINT comes (False:
+        the stack should stop). The worker's own handlers are gone while it is
+        stopped, so these signals are caught here (main thread only), and the
+        handlers before are put back."""
+        stop = threading.Event()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        before = {s: signal.signal(s, lambda *_: stop.set()) for s in signals}
+        try:
+            while not self.resumed.wait(0.2):
+                if stop.is_set():
+                    return False
+            return True
+        finally:
+            for s, handler in before.items():
+                signal.signal(s, handler)
 
 
 # --------------------------------------------------------------------------- deriving

@@ -404,6 +404,9 @@ def run_up(settings: Settings, say: Say = print) -> int:
             if not control.worker_ended():
                 return code
             say("worker stopped for a reprocess's swap")
+            if not control.wait_resumed():
+                say("stopping: a signal came while the worker was stopped for a swap")
+                return 0
             live = control.next_derivation() or live
             say(f"worker: generation {live.generation} ({live.version}) on {live.memory_topic}")
     finally:

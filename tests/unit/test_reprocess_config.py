@@ -1,13 +1,17 @@
 """``engram reprocess --config FILE``: what a config file may be, and the message for
-each file it refuses (read by :func:`ops.reprocess.load_config`, no stack needed)."""
+each file it refuses (read by :func:`ops.reprocess.load_config`, no stack needed); and
+the stack's wait for a reprocess's swap (:meth:`ops.reprocess.WorkerControl.wait_resumed`)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
 
-from ops.reprocess import load_config
+from ops.reprocess import WorkerControl, load_config
 from processors import MemoryConfig
 
 
@@ -55,3 +59,30 @@ def test_a_file_that_is_not_a_config_is_refused_with_its_name_and_why(
     with pytest.raises(ValueError) as refused:
         load_config(path)
     assert path in str(refused.value) and message in str(refused.value)
+
+
+# -- the stack's wait while its worker is stopped for a swap ---------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_the_swap_wait_stops_the_stack(signum: signal.Signals) -> None:
+    """Stopping ``engram up`` while a reprocess holds its worker for the swap: the wait
+    ends (the stack stops) instead of starting the worker again, and the handlers
+    before the wait are back."""
+    control, before = WorkerControl(), signal.getsignal(signum)
+    sender = threading.Timer(0.3, os.kill, (os.getpid(), signum))
+    sender.start()
+    try:
+        assert control.wait_resumed() is False
+    finally:
+        sender.cancel()
+    assert signal.getsignal(signum) is before
+
+
+def test_the_swap_wait_ends_when_the_worker_is_resumed() -> None:
+    control, before = WorkerControl(), signal.getsignal(signal.SIGTERM)
+    resumer = threading.Timer(0.3, control.resume, (None,))
+    resumer.start()
+    assert control.wait_resumed() is True
+    assert control.next_derivation(timeout=1) is None
+    assert signal.getsignal(signal.SIGTERM) is before
