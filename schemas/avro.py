@@ -513,6 +513,10 @@ def epoch_millis(at: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
+"""The epoch milliseconds of a ``datetime`` (years 1 to 9999): the ``timestamp-millis``
+a reader can turn into one."""
+
 _MILLIS: dict[datetime, bytes] = {}
 """Only UTC datetimes: equal ones in a zone with folds may be different instants."""
 _MILLIS_KEPT = 1024

@@ -31,7 +31,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
@@ -41,6 +41,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from schemas.avro import (
     MAGIC,
+    MAX_MILLIS,
+    MIN_MILLIS,
     WriterSchema,
     epoch_millis,
     fingerprint,
@@ -799,8 +801,6 @@ DERIVED_HEAD = (
 """The fields a derived event's Avro record opens with, as :meth:`Sealer.inner`
 reads them by hand: names and types (a logical type named for itself)."""
 
-MIN_MILLIS = epoch_millis(datetime(1, 1, 1, tzinfo=UTC))
-MAX_MILLIS = epoch_millis(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC))
 _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _HEADS: dict[bytes, bool] = {}
 

@@ -58,7 +58,7 @@ from schemas import (
     SubjectErased,
     TermWeights,
 )
-from schemas.avro import DoublesTail, read_single_object
+from schemas.avro import MAX_MILLIS, MIN_MILLIS, DoublesTail, read_single_object
 from schemas.sealed import SealingCodec, sealed_kind
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
@@ -224,10 +224,6 @@ def recorded_terms(tokenizer: str, indices: str, values: str) -> Terms | None:
     if not ascending or not all(map(math.isfinite, weights)):
         return None
     return terms, weights
-
-
-MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
-"""The epoch milliseconds of a ``datetime`` (years 1 to 9999)."""
 
 
 def wire_millis(ms: int) -> int:

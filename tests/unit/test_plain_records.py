@@ -17,12 +17,10 @@ from hypothesis import strategies as st
 
 from ops.rebuild import EmbeddingStage, VectorProjection, creations
 from schemas import Codec, MemoryCreated, MemoryEmbedded
-from schemas.avro import write_single_object
+from schemas.avro import MAX_MILLIS, MIN_MILLIS, write_single_object
 from schemas.sealed import Sealer, subject_of
 from sinks.keys import KeyBook
 from streams.vectors import (
-    MAX_MILLIS,
-    MIN_MILLIS,
     PlainRecords,
     Recorded,
     creation_of,
