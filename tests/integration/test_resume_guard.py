@@ -20,7 +20,7 @@ from engram import Memory, make_event
 from engram.status import consumer_lag, partition_bounds
 from ops.kafka import ApacheKafka, available
 from schemas import Event
-from tests.support import start_stack, wait_until
+from tests.support import FAST_GROUP, start_stack, wait_until
 
 UNAVAILABLE = available()
 pytestmark = [
@@ -69,8 +69,7 @@ def test_a_group_offset_ahead_of_the_fold_loses_nothing(tmp_path: Path) -> None:
     with ApacheKafka(tmp_path / "kafka") as broker:
         env = {  # short group timeouts: a member the broker still counts expires soon
             "ENGRAM_KAFKA_BOOTSTRAP": broker.bootstrap,
-            "ENGRAM_SESSION_TIMEOUT_S": "6",
-            "ENGRAM_REBALANCE_TIMEOUT_S": "2",
+            **FAST_GROUP,
             "ENGRAM_LOG_LEVEL": "INFO",
         }
         first = start_stack(tmp_path / "home", **env)

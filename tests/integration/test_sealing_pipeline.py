@@ -25,7 +25,7 @@ from engram.settings import Settings
 from schemas import Event
 from schemas.sealed import is_sealed
 from sinks.keys import KafkaKeyring, MasterKey
-from tests.support import Stack, broker_kind, start_stack, wait_until
+from tests.support import FAST_GROUP, Stack, broker_kind, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
 KEPT = ("engram.events", "engram.memory", "engram.keys")
@@ -258,7 +258,7 @@ def test_the_keys_outlive_an_in_memory_broker(tmp_path: Path) -> None:
     again: the key file restores ``engram.keys`` beside the restored log, so the sealed
     archive opens and folds to the same history; a destroyed key stays destroyed."""
     home = tmp_path / "home"
-    fast = {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"}
+    fast = FAST_GROUP
     agent_id, kept, gone = f"again-{uuid.uuid4().hex[:8]}", plants(), plants()
     start = datetime.now(UTC) - timedelta(hours=2)
     events = history(agent_id, "kept-user", kept, start)

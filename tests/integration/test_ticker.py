@@ -11,7 +11,7 @@ import pytest
 
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
-from tests.support import start_stack, wait_until
+from tests.support import FAST_GROUP, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -42,8 +42,7 @@ def test_ticks_reach_idle_agents_and_forget_old_memories(tmp_path: Path) -> None
         stack = start_stack(
             tmp_path / "home",
             ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
-            ENGRAM_SESSION_TIMEOUT_S="6",
-            ENGRAM_REBALANCE_TIMEOUT_S="2",
+            **FAST_GROUP,
             ENGRAM_TICK_INTERVAL_S="1",
         )
         try:

@@ -16,7 +16,7 @@ import pytest
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
 from schemas import Codec, Event
-from tests.support import Stack, engram_cmd, start_stack, wait_until
+from tests.support import FAST_GROUP, Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
 CHANGES = (
@@ -74,8 +74,7 @@ def elsewhere(tmp_path: Path) -> Iterator[Stack]:
         there = start_stack(
             tmp_path / "elsewhere",
             ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
-            ENGRAM_SESSION_TIMEOUT_S="6",
-            ENGRAM_REBALANCE_TIMEOUT_S="2",
+            **FAST_GROUP,
         )
         try:
             yield there
