@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
@@ -62,11 +63,18 @@ def children(pid: int, marker: str) -> list[int]:
     return found
 
 
+KEEP_HOMES = "ENGRAM_BENCH_KEEP"
+"""Set (to anything) to keep the homes the benchmarks made, for a look after a run."""
+
+
 @dataclass
 class BenchStack:
+    """A running ``engram up``; ``owned``: its home was made for it, and goes with it."""
+
     home: Path
     process: subprocess.Popen[bytes]
     up: dict[str, Any]
+    owned: bool = False
 
     def count(self, query: str) -> int:
         client = http_client(self.up["http"])
@@ -76,16 +84,22 @@ class BenchStack:
             client.close()
 
     def stop(self) -> None:
+        """Stop the stack, then remove its home if it was made for it (each run left
+        about 100 MiB in the temporary directory), unless :data:`KEEP_HOMES` is set."""
         stop(self.process, grace=60)
+        if self.owned and not os.environ.get(KEEP_HOMES):
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def start_stack(home: Path | None = None, timeout: float = 120.0, **env: str) -> BenchStack:
-    """``engram up`` on the embedded stack in a fresh home (a temp dir by default)."""
+    """``engram up`` on the embedded stack in ``home``, or in a fresh temporary home
+    that :meth:`BenchStack.stop` removes."""
+    owned = home is None
     home = home or Path(tempfile.mkdtemp(prefix="engram-bench-"))
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     environ.update({"ENGRAM_HOME": str(home), "ENGRAM_HTTP": f"127.0.0.1:{free_port()}", **env})
-    process, up = launch(home, environ, timeout)
-    return BenchStack(home, process, up)
+    process, up = launch(home, environ, timeout)  # a failed start keeps its home's log
+    return BenchStack(home, process, up, owned)
 
 
 async def embedded_all(bootstrap: str, topic: str) -> bool:
