@@ -9,6 +9,7 @@ anything else.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,20 @@ def describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _tables(avsc_dir: Path) -> tuple[dict[str, AvroType], dict[bytes, WriterSchema]]:
+    """Every type's current schema, and the writer schemas of ``avsc_dir`` by fingerprint."""
+    avro = {name: AvroType(t) for name, t in TYPES_BY_NAME.items()}
+    return avro, load_writer_schemas(avro, avsc_dir)
+
+
+@functools.cache
+def _shipped_tables() -> tuple[dict[str, AvroType], dict[bytes, WriterSchema]]:
+    """:func:`_tables` of the schemas shipped with the package, made once per process
+    (they do not change while it runs; a codec took ~30 ms to make them): codecs share
+    them, read-only."""
+    return _tables(AVSC_DIR)
+
+
 class Codec:
     """Encodes and decodes every event type; one instance per process is enough.
 
@@ -54,10 +69,9 @@ class Codec:
     ) -> None:
         self.max_bytes = max_bytes
         self.accept = accept if accept is not None else frozenset(TYPES_BY_NAME)
-        self.avro: dict[str, AvroType] = {name: AvroType(t) for name, t in TYPES_BY_NAME.items()}
-        self.writers: dict[bytes, WriterSchema] = load_writer_schemas(
-            self.avro, avsc_dir if avsc_dir is not None else AVSC_DIR
-        )
+        avro, writers = _shipped_tables() if avsc_dir is None else _tables(avsc_dir)
+        self.avro: dict[str, AvroType] = dict(avro)
+        self.writers: dict[bytes, WriterSchema] = dict(writers)
 
     # -- encoding ---------------------------------------------------------
     def encode(self, event: Event) -> bytes:
