@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
+from uuid import UUID
 
 import fastavro
 
@@ -318,6 +319,7 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
     """
     if not events:
         raise EngramError("the file holds no events: nothing to import")
+    _refuse_repeats(events)
     kept = [event for event in events if event.type != ERASURE_COPY]
     present: dict[str, int] = {}
     for agent_id in dict.fromkeys(event.agent_id for event in kept):
@@ -340,6 +342,23 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
         if isinstance(event, MemoryForked):
             _check_fork_source(client, event)
     return ImportPlan(sent, {a: n for a, n in present.items() if n}, len(events) - len(kept))
+
+
+def _refuse_repeats(events: list[Event]) -> None:
+    """EngramError when an event of an agent comes twice in the file (its events counted
+    from 1, in order). An export never repeats one (the fold dropped repeats); the fold
+    here would drop it too, and the import would wait for it until its timeout."""
+    first: dict[tuple[str, UUID], int] = {}
+    for number, event in enumerate(events, start=1):
+        if event.type == ERASURE_COPY:
+            continue
+        seen = first.setdefault((event.agent_id, event.event_id), number)
+        if seen != number:
+            raise EngramError(
+                f"events {seen} and {number} of the file are the same event"
+                f" {event.event_id} of {event.agent_id!r}: an export never repeats one"
+                " (was the file edited, or two files joined?); nothing was imported"
+            )
 
 
 def _archived_ids(client: Any, agent_id: str) -> list[str]:

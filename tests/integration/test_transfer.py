@@ -142,6 +142,27 @@ def test_import_refuses_a_bad_file_and_sends_nothing(stack: Stack, tmp_path: Pat
     assert "nothing was imported: line 1:" in done.stderr
 
 
+def test_import_refuses_a_file_that_repeats_an_event(stack: Stack, tmp_path: Path) -> None:
+    """Two exports joined, or a line copied: the fold would drop the repeat and the
+    import wait for it until its timeout; it is refused before anything is sent."""
+    agent = f"twice-{uuid.uuid4().hex[:8]}"
+    events = history(agent)
+    codec = Codec()
+    lines = [codec.encode_json(event) for event in events]
+    lines.insert(3, lines[1])  # the second event again, as the fourth
+    path = tmp_path / "twice.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    done = cli(stack, "import", str(path), "--timeout", "30")
+    assert done.returncode == 1, done.stderr
+    assert (
+        f"events 2 and 4 of the file are the same event {events[1].event_id} of {agent!r}"
+        in done.stderr
+    )
+    assert "nothing was imported" in done.stderr and "Traceback" not in done.stderr
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    assert stack.scalar(count, a=agent) == 0
+
+
 def facts(memory: Memory, agent: str) -> list[tuple[str, str, str]]:
     return sorted((f["namespace"], f["key"], f["value"]) for f in memory.snapshot(agent).facts)
 
