@@ -718,7 +718,7 @@ def wait_archived(client: Any, plan: ImportPlan, timeout: float) -> None:
     with Progress(console=console) as progress:
         task = progress.add_task("folding", total=total)
         while time.monotonic() < deadline:
-            counts = archived_counts(client, list(expected))
+            counts = archived_counts(client, plan)
             held = sum(min(counts[agent], want) for agent, want in expected.items())
             progress.update(task, completed=held)
             if held == total:

@@ -47,7 +47,7 @@ from engram.client import read_up_file
 from engram.errors import EngramError
 from engram.settings import Settings
 from schemas import BadEvent, Codec, Event, SubjectErasureRequested
-from schemas.raw import MemoryForked, MemoryRolledBack
+from schemas.raw import ClockTicked, MemoryForked, MemoryRolledBack
 from schemas.sealed import is_sealed
 from sinks.keys import BlockingKeyring, MasterKey, OpenEvent
 
@@ -300,11 +300,13 @@ def _read_jsonl(path: Path, codec: Codec) -> list[Event]:
 class ImportPlan:
     """What an import sends (``events``, in the file's order) and leaves out:
     ``present`` events per agent already archived here (a previous import of the same
-    file), ``copies`` erasure copies (files of older engram exported them)."""
+    file), ``copies`` erasure copies (files of older engram exported them); ``ids``:
+    the event ids of each agent's events in the file (erasure copies left out)."""
 
     events: list[Event]
     present: dict[str, int]
     copies: int
+    ids: dict[str, frozenset[str]]
 
 
 def import_plan(client: Any, events: list[Event]) -> ImportPlan:
@@ -313,7 +315,9 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
 
     * the file holds no events;
     * an agent of the file has events here that are not the file's first ones (another
-      agent of the same name, or another log): importing would mix two logs;
+      agent of the same name, or another log): importing would mix two logs. The ticks
+      this deployment's own clock gave the agent since an earlier import are not the
+      file's and do not count (so importing again after a tick sends nothing new);
     * a fork in the file names a source this deployment lacks, or whose log here does
       not reach the fork's position: import the source's export first.
     """
@@ -322,9 +326,15 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
     _refuse_repeats(events)
     kept = [event for event in events if event.type != ERASURE_COPY]
     present: dict[str, int] = {}
+    ids: dict[str, frozenset[str]] = {}
     for agent_id in dict.fromkeys(event.agent_id for event in kept):
         mine = [str(event.event_id) for event in kept if event.agent_id == agent_id]
-        here = _archived_ids(client, agent_id)
+        ids[agent_id] = frozenset(mine)
+        here = [
+            event_id
+            for event_id, kind in _archived(client, agent_id)
+            if kind != ClockTicked.TYPE or event_id in ids[agent_id]
+        ]
         if here != mine[: len(here)]:
             raise EngramError(
                 f"agent {agent_id!r} has {len(here)} events here that are not the first events"
@@ -341,7 +351,8 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
     for event in sent:
         if isinstance(event, MemoryForked):
             _check_fork_source(client, event)
-    return ImportPlan(sent, {a: n for a, n in present.items() if n}, len(events) - len(kept))
+    present = {a: n for a, n in present.items() if n}
+    return ImportPlan(sent, present, len(events) - len(kept), ids)
 
 
 def _refuse_repeats(events: list[Event]) -> None:
@@ -361,13 +372,14 @@ def _refuse_repeats(events: list[Event]) -> None:
             )
 
 
-def _archived_ids(client: Any, agent_id: str) -> list[str]:
-    """The event ids of ``agent_id``'s archived events here, in log order."""
+def _archived(client: Any, agent_id: str) -> list[tuple[str, str]]:
+    """The event ids and types of ``agent_id``'s archived events here, in log order."""
     result = client.query(
-        "SELECT toString(event_id) FROM events FINAL WHERE agent_id = {a:String} ORDER BY seq",
+        "SELECT toString(event_id), type FROM events FINAL WHERE agent_id = {a:String}"
+        " ORDER BY seq",
         parameters={"a": agent_id},
     )
-    return [str(row[0]) for row in result.result_rows]
+    return [(str(event_id), str(kind)) for event_id, kind in result.result_rows]
 
 
 def _check_fork_source(client: Any, fork: MemoryForked) -> None:
@@ -391,20 +403,17 @@ def _check_fork_source(client: Any, fork: MemoryForked) -> None:
         )
 
 
-def archived_counts(client: Any, agents: list[str]) -> dict[str, int]:
-    """How many events of each of ``agents`` the history here archives."""
-    result = client.query(
-        "SELECT agent_id, count() FROM events FINAL WHERE agent_id IN {a:Array(String)}"
-        " GROUP BY agent_id",
-        parameters={"a": agents},
-    )
-    found = {str(agent): int(count) for agent, count in result.result_rows}
-    return {agent: found.get(agent, 0) for agent in agents}
+def archived_counts(client: Any, plan: ImportPlan) -> dict[str, int]:
+    """How many of each agent's events in the file ``plan`` was made of the history here
+    archives (what else it archives for the agent, such as this deployment's ticks, is
+    not counted)."""
+    return {
+        agent_id: sum(event_id in ids for event_id, _ in _archived(client, agent_id))
+        for agent_id, ids in plan.ids.items()
+    }
 
 
 def expected_counts(plan: ImportPlan) -> dict[str, int]:
-    """How many events of each agent the history holds once ``plan`` is folded."""
-    expected = dict(plan.present)
-    for event in plan.events:
-        expected[event.agent_id] = expected.get(event.agent_id, 0) + 1
-    return expected
+    """How many events of each agent the history holds once ``plan`` is folded (of the
+    file's: see :func:`archived_counts`)."""
+    return {agent_id: len(ids) for agent_id, ids in plan.ids.items()}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ import pytest
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
 from schemas import Codec, Event
+from streams.logwriter import LogWriter, Record
+from streams.ticker import ticks
 from tests.support import FAST_GROUP, Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -125,6 +128,46 @@ def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, f
             here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
             assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
         assert changes(there, agent) == source
+
+
+EVENTS = "engram.events"  # the stacks' default
+
+
+async def tick_everywhere(bootstrap: str) -> None:
+    """What the ticker publishes at an interval, now: a tick on every partition."""
+    writer = LogWriter(bootstrap)
+    try:
+        producer = await writer.start()
+        count = len(await producer.partitions_for(EVENTS))
+        codec = Codec()
+        records = [
+            Record(None, codec.encode(t), partition=t.body.partition)
+            for t in ticks(count, 60.0, datetime.now(UTC))
+        ]
+        await writer.send(EVENTS, records)
+    finally:
+        await writer.stop()
+
+
+def test_importing_again_after_the_clock_ticked_sends_nothing(stack: Stack, tmp_path: Path) -> None:
+    """The destination's own ticks join the imported agent's log there; they are not
+    the file's, so importing the file again (a retry, a resume) still finds it whole."""
+    agent = f"ticked-{uuid.uuid4().hex[:8]}"
+    events = history(agent)
+    with Memory(bootstrap=stack.bootstrap) as memory:
+        memory.publish_many(events)
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    wait_until(lambda: stack.scalar(count, a=agent) == len(events), 60, "the history archived")
+    path = tmp_path / f"{agent}.avro"
+    assert cli(stack, "export", agent, "-o", str(path)).returncode == 0
+    with elsewhere(tmp_path) as there:
+        assert cli(there, "import", str(path)).returncode == 0
+        asyncio.run(tick_everywhere(there.bootstrap))
+        wait_until(lambda: there.scalar(count, a=agent) > len(events), 60, "a tick folded there")
+        again = cli(there, "import", str(path))
+        assert again.returncode == 0, again.stderr
+        assert f"imported 0 events of {agent}" in again.stdout
+        assert f"the first {len(events)} events of the file were here already" in again.stdout
 
 
 def test_export_refuses_an_unknown_agent(stack: Stack, tmp_path: Path) -> None:
