@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -129,6 +130,10 @@ def sql(
             query = Path(query[1:]).read_text(encoding="utf-8")
         except OSError as error:
             raise fail(f"cannot read the query file: {error}", 2) from None
+        except UnicodeDecodeError as error:
+            raise fail(
+                f"the query file is not UTF-8 text ({error.reason} at byte {error.start})", 2
+            ) from None
     try:
         columns, rows = run_sql(load_settings(), query, parameters)
     except EngramError as error:
@@ -144,13 +149,26 @@ def render(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
         writer.writerows(rows)
         sys.stdout.write(out.getvalue())
     elif fmt == "json":
-        records = [dict(zip(columns, row, strict=True)) for row in rows]
-        sys.stdout.write(json.dumps(records, default=str, ensure_ascii=False, indent=2) + "\n")
+        records = [dict(zip(columns, map(_finite, row), strict=True)) for row in rows]
+        text = json.dumps(records, default=str, ensure_ascii=False, indent=2, allow_nan=False)
+        sys.stdout.write(text + "\n")
     else:
         table = Table(*columns)
         for row in rows:
             table.add_row(*(str(v) for v in row))
         console.print(table)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every infinite or NaN float, at any depth, as None: JSON has no
+    such numbers (ClickHouse's own JSON output writes them as null too)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 @app.command()
@@ -234,7 +252,7 @@ def snapshot(
     from engram.client import Memory
     from engram.views import print_snapshot
 
-    moment = parse_moment(as_of) if as_of else None
+    moment = parse_moment(as_of) if as_of is not None else None
     if moment is not None and moment > datetime.now(moment.tzinfo):
         raise fail(f"{as_of} is in the future", 2)
     try:
@@ -259,6 +277,10 @@ def parse_moment(text: str) -> datetime:
         raise fail(f"not an ISO-8601 moment: {text!r}", 2) from None
     if moment.tzinfo is None:
         raise fail(f"{text!r} has no UTC offset; add Z or +HH:MM", 2)
+    try:
+        moment.astimezone(UTC)
+    except OverflowError:
+        raise fail(f"{text!r} is outside the years 1 to 9999 in UTC", 2) from None
     return moment
 
 

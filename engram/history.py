@@ -53,7 +53,15 @@ def history_client(settings: Settings) -> Client:
     """The best way to the history from here; raises NotRunning when there is none."""
     up = read_up_file(settings.up_file)
     if up is not None:
-        return http_client(up["http"])
+        try:
+            return http_client(up["http"])  # the client asks the server on creation
+        except ClickHouseError as error:
+            raise NotRunning(
+                f"engram up's API at {up['http']} does not answer ({type(error).__name__});"
+                f" if the stack stopped without cleaning up, {settings.up_file} is left from"
+                " it: start `engram up` again, or remove that file to read the history"
+                " directly"
+            ) from None
     if settings.clickhouse_url:
         if settings.clickhouse_url.startswith("chdb:"):
             return clickhouse_connect.get_client(dsn=settings.clickhouse_url)

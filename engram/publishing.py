@@ -25,10 +25,17 @@ from schemas import BadEvent, Event
 
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, object) of each non-blank line of a JSON-lines file (``-`` is
-    stdin); BadEvent names the bad line."""
-    text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    stdin); BadEvent names the bad line (one that is not UTF-8 too). Lines end at
+    ``\n``, ``\r\n`` or ``\r`` only: a JSON string may hold U+2028 as it is."""
+    data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     objects = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadEvent(
+                f"line {number}: not UTF-8 text ({error.reason} at byte {error.start})"
+            ) from None
         if not line.strip():
             continue
         try:
