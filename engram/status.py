@@ -361,11 +361,21 @@ def render_erasures(console: Console, erasures: Erasures) -> None:
         console.print(f"  pending   {p.request_id} {p.subject!r} (partitions {where})")
     for c in erasures.completed:
         fold = " ".join(f"{k}={v}" for k, v in sorted(c.fold.items()))
-        rows = sum(c.rows.values())
         console.print(
             f"  completed {c.request_id} {c.subject!r} at {c.erased_at:%Y-%m-%d %H:%M:%S}:"
-            f" {c.agents} agents, {fold}, {rows} history rows deleted"
+            f" {c.agents} agents, {fold}, {erased_rows(c.rows)}"
         )
+
+
+def erased_rows(rows: Mapping[str, int]) -> str:
+    """A receipt's ``rows`` in words: history rows deleted, rows rewritten (``"<table>
+    rewritten"``), vector points deleted (:data:`~sinks.clickhouse.VECTOR_POINTS`)."""
+    from sinks.clickhouse import VECTOR_POINTS
+
+    rewritten = sum(n for key, n in rows.items() if key.endswith(" rewritten"))
+    points = rows.get(VECTOR_POINTS, 0)
+    deleted = sum(rows.values()) - rewritten - points
+    return f"{deleted} history rows deleted, {rewritten} rewritten, {points} vector points deleted"
 
 
 def status_of(payload: Any) -> Status:

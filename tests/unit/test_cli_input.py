@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engram.cli import app, render
+from engram.status import erased_rows
 
 
 @pytest.fixture
@@ -74,3 +75,17 @@ def test_json_output_has_no_numbers_json_lacks(capsys: pytest.CaptureFixture[str
     render(["x", "y"], [(float("inf"), [1.5, float("nan")]), (-float("inf"), {"k": 2.0})], "json")
     parsed = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(c))
     assert parsed == [{"x": None, "y": [1.5, None]}, {"x": None, "y": {"k": 2.0}}]
+
+
+def test_an_erasure_receipt_says_deleted_rewritten_and_points_apart() -> None:
+    rows = {
+        "events": 9243,
+        "memory_changes": 11635,
+        "memory_changes rewritten": 252,
+        "agent_states": 95,
+        "agent_checkpoints": 75,
+        "vector points": 2284,
+    }
+    assert erased_rows(rows) == (
+        "21048 history rows deleted, 252 rewritten, 2284 vector points deleted"
+    )
