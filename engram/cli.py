@@ -85,17 +85,41 @@ def publish(
     file: Annotated[Path, typer.Argument(help="JSON lines, one event per line; - for stdin.")],
     http: Annotated[bool, typer.Option(help="Publish through the HTTP API.")] = False,
     batch: Annotated[int, typer.Option(min=1, help="Events per batch.")] = 1000,
+    skip: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Send only the events after the file's first SKIP (to go on after a failure).",
+        ),
+    ] = 0,
 ) -> None:
     """Publish events from a JSON-lines file. Every line is validated before any is sent.
+    When a batch fails, the error says how many events were acknowledged and how to
+    go on with --skip.
 
     Example: engram publish events.jsonl
     """
+    from engram.errors import PartlyPublished
     from engram.publishing import publish_file
 
     try:
-        count = publish_file(load_settings(), file, console, prefer_http=http, batch=batch)
+        count = publish_file(
+            load_settings(), file, console, prefer_http=http, batch=batch, skip=skip
+        )
     except BadEvent as bad:
         raise fail(f"nothing was published: {bad.reason}", 2) from None
+    except PartlyPublished as partly:
+        from processors import MemoryConfig
+
+        window = MemoryConfig().dedupe_window
+        raise fail(
+            f"published the file's first {partly.done} events (up to line {partly.line});"
+            f" then a batch of {partly.pending} failed: {partly.cause}. That batch may have"
+            f" reached the log in part. To go on from it: engram publish {file}"
+            f" --skip {partly.done} (the fold drops an agent's repeats among its latest"
+            f" {window} events by default, so sending the batch again is safe when no agent"
+            f" has more events than that in it: --batch {window} or less makes sure)"
+        ) from None
     except (EngramError, OSError) as error:
         raise fail(str(error)) from None
     console.print(f"published {count} events")

@@ -18,6 +18,21 @@ class PublishError(EngramError):
     assumed about the ones in flight (publishing again is safe: ids deduplicate)."""
 
 
+class PartlyPublished(PublishError):
+    """A publish in batches failed after the first ``done`` events were acknowledged;
+    the batch in flight (``pending`` events) may have reached the log in part.
+    ``line``: the file line of the first event not acknowledged, when read from one."""
+
+    def __init__(self, done: int, pending: int, cause: Exception, line: int | None = None):
+        super().__init__(
+            f"the first {done} events were acknowledged, then a batch of {pending} failed: {cause}"
+        )
+        self.done = done
+        self.pending = pending
+        self.cause = cause
+        self.line = line
+
+
 class BrokerUnavailable(PublishError):
     """Kafka could not be reached at ``bootstrap``: the client retried with backoff
     (0.1 s doubling up to 2 s) for ``deadline`` seconds (``Memory(timeout=...)``),

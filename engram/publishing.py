@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from engram.client import Memory
+from engram.errors import EngramError, PartlyPublished
 from engram.settings import Settings
 from schemas import BadEvent, Event
 
@@ -47,10 +48,20 @@ def read_jsonl(path: Path) -> list[tuple[int, Any]]:
 
 
 def publish_file(
-    settings: Settings, path: Path, console: Console, *, prefer_http: bool, batch: int
+    settings: Settings,
+    path: Path,
+    console: Console,
+    *,
+    prefer_http: bool,
+    batch: int,
+    skip: int = 0,
 ) -> int:
-    """Publish every event of ``path``; nothing is sent if any line is invalid."""
+    """Publish the events of ``path`` after its first ``skip`` (every line is checked
+    first: nothing is sent if one is invalid); return how many were sent.
+    :class:`PartlyPublished` counts ``done`` from the file's first event."""
     lines = read_jsonl(path)
+    if skip > len(lines):
+        raise EngramError(f"--skip {skip}: the file holds {len(lines)} events")
     with Memory.connect(settings, prefer_http=prefer_http) as memory:
         events = []
         for number, obj in lines:
@@ -58,7 +69,11 @@ def publish_file(
                 events.extend(memory.validate([obj]))
             except BadEvent as bad:
                 raise BadEvent(f"line {number}: {bad.reason.removeprefix('event 0: ')}") from None
-        return _publish(memory, events, console, batch)
+        try:
+            return _publish(memory, events[skip:], console, batch)
+        except PartlyPublished as partly:
+            done = skip + partly.done
+            raise PartlyPublished(done, partly.pending, partly.cause, lines[done][0]) from None
 
 
 def publish_events(
@@ -71,7 +86,8 @@ def publish_events(
 
 
 def _publish(memory: Memory, events: list[Event], console: Console, batch: int) -> int:
-    """Publish in batches of ``batch`` with a progress bar; return the count."""
+    """Publish in batches of ``batch`` with a progress bar; return the count.
+    :class:`PartlyPublished` when a batch fails (its ``done`` events were acknowledged)."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -83,6 +99,9 @@ def _publish(memory: Memory, events: list[Event], console: Console, batch: int) 
         task = progress.add_task("publishing", total=len(events))
         for start in range(0, len(events), batch):
             chunk = events[start : start + batch]
-            memory.publish_many(chunk)
+            try:
+                memory.publish_many(chunk)
+            except EngramError as error:
+                raise PartlyPublished(start, len(chunk), error) from None
             progress.advance(task, len(chunk))
     return len(events)
