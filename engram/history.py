@@ -633,6 +633,13 @@ def time_travel(
                 config=config,
             )
         with archive_opener(settings) as open_event:  # sealed events open with the keys
+            if open_event is None and _has_sealed(client, agent_id):
+                raise EngramError(
+                    f"the archive of {agent_id!r} is sealed and its keys are not at hand"
+                    " (they are on the broker, with the master key): start `engram up`, or"
+                    " set ENGRAM_KAFKA_BOOTSTRAP (and ENGRAM_MASTER_KEY if it is not in"
+                    " $ENGRAM_HOME); `engram history` answers from the history alone"
+                )
             return take_snapshot(
                 history,
                 agent_id,
@@ -647,6 +654,18 @@ def time_travel(
         raise EngramError(f"history query failed: {error}") from None
     finally:
         client.close()
+
+
+def _has_sealed(client: Client, agent_id: str) -> bool:
+    """Whether ``agent_id``'s archive holds a sealed payload (keys needed to replay)."""
+    from schemas.sealed import SEALED_HEADER
+
+    found = client.query(
+        "SELECT count() FROM events WHERE agent_id = {a:String}"
+        " AND startsWith(payload, unhex({h:String}))",
+        parameters={"a": agent_id, "h": SEALED_HEADER.hex()},
+    )
+    return bool(found.result_rows[0][0])
 
 
 def print_time_travel(console: Console, snap: Snapshot) -> None:
