@@ -626,10 +626,13 @@ class Waiting:
 
 
 class EmbeddingStage:
-    """The embedding stage of a vector rebuild: the ``memory.created`` whose log holds
-    no ``memory.embedded`` of the model (the stack's model was changed) are embedded and
+    """The embedding stage of a vector rebuild: the ``memory.created`` whose log holds a
+    ``memory.embedded`` of another model but none of this one (the stack's model was
+    changed: the live ``engram.embed`` agent never goes back to them) are embedded and
     their vectors published to the derived log (so the next rebuild replays them), as
-    the live ``engram.embed`` agent does; what an erasure removed is not embedded."""
+    the live agent does. A creation with no vector at all is the live agent's, still
+    on its way (it embeds behind the fold): left to it, not embedded twice. What an
+    erasure removed is not embedded."""
 
     def __init__(
         self,
@@ -642,20 +645,36 @@ class EmbeddingStage:
         self.topic = topic
         self.make_writer = make_writer
         self.batch = batch
-        self.pending: dict[str, Waiting] = {}
+        self.pending: dict[str, Waiting] = {}  # creations with no vector of the model met
+        self.embedded: set[str] = set()  # memories with a vector of the model
+        self.stale: set[str] = set()  # memories with a vector of another model
 
     def wait(self, memory_id: str, agent_id: str, user_id: str | None, raw: bytes) -> None:
         """A creation read from its plain bytes waits for its vector of the model, as
         :meth:`note` of its event would have it wait."""
         self.pending[memory_id] = Waiting(agent_id, user_id, raw)
 
+    def vector(self, memory_id: str, model: str) -> None:
+        """A recorded vector of ``memory_id`` by ``model``, met in the log (before or
+        after its creation: a reprocess records reused vectors in its own order)."""
+        if model == self.embedder.name:
+            self.embedded.add(memory_id)
+            self.pending.pop(memory_id, None)
+        else:
+            self.stale.add(memory_id)
+
+    def due(self) -> dict[str, Waiting]:
+        """The memories to embed here: created, with another model's vector and none
+        of this one."""
+        return {m: w for m, w in self.pending.items() if m in self.stale and m not in self.embedded}
+
     def note(self, events: Sequence[DerivedEvent]) -> None:
         """Follow the log: creations wait for their vector of the model."""
         for event in events:
             if isinstance(event, MemoryCreated):
                 self.pending[event.body.memory_id] = Waiting(event.agent_id, event.user_id, event)
-            elif isinstance(event, MemoryEmbedded) and event.body.model == self.embedder.name:
-                self.pending.pop(event.body.memory_id, None)
+            elif isinstance(event, MemoryEmbedded):
+                self.vector(event.body.memory_id, event.body.model)
             elif isinstance(event, SubjectErased):
                 owners = (
                     {event.body.subject, None}
@@ -667,12 +686,12 @@ class EmbeddingStage:
                         del self.pending[memory_id]
 
     async def run(self) -> list[MemoryEmbedded]:
-        """Embed and publish every pending memory, in batches; return the records."""
+        """Embed and publish every :meth:`due` memory, in batches; return the records."""
         writer, codec = await self.make_writer()
         out: list[MemoryEmbedded] = []
         loop = asyncio.get_running_loop()
         try:
-            todo = creations(codec, self.pending.values())
+            todo = creations(codec, self.due().values())
             for start in range(0, len(todo), self.batch):
                 created = todo[start : start + self.batch]
                 texts = [e.body.text for e in created]
@@ -791,9 +810,9 @@ class VectorProjection:
     def take_vector(self, recorded: Recorded, read: BatchRead) -> None:
         """A recorded vector: its weights for its creation, its vector if of the model."""
         read.note(recorded)
+        if self.embedding is not None:
+            self.embedding.vector(recorded.memory_id, recorded.model)
         if recorded.model == self.model:
-            if self.embedding is not None:
-                self.embedding.pending.pop(recorded.memory_id, None)
             read.items.append(Op("dense", (recorded.memory_id, recorded.vector)))
 
     def take_creation(self, record: dict[str, Any], value: bytes, read: BatchRead) -> bool:
@@ -841,9 +860,10 @@ class VectorProjection:
                 self.pool, lambda: index.reclaim(version)
             )
             self.writer, self.lent = self.index.pinned(version), False
-        if self.embedding is None or not self.embedding.pending:
+        due = self.embedding.due() if self.embedding is not None else {}
+        if self.embedding is None or not due:
             return
-        progress.phase = f"embedding {len(self.embedding.pending)} memories with {self.model}"
+        progress.phase = f"embedding {len(due)} memories with {self.model}"
         embedded = await self.embedding.run()
         progress.applied += await self.apply(list(embedded))
 

