@@ -300,13 +300,15 @@ def _read_jsonl(path: Path, codec: Codec) -> list[Event]:
 class ImportPlan:
     """What an import sends (``events``, in the file's order) and leaves out:
     ``present`` events per agent already archived here (a previous import of the same
-    file), ``copies`` erasure copies (files of older engram exported them); ``ids``:
-    the event ids of each agent's events in the file (erasure copies left out)."""
+    file), ``copies`` erasure copies (files of older engram exported them); ``expected``:
+    how many events of each agent the file holds (erasure copies left out), ``ticks``:
+    the ids of each agent's ticks in the file (the others here are this deployment's)."""
 
     events: list[Event]
     present: dict[str, int]
     copies: int
-    ids: dict[str, frozenset[str]]
+    expected: dict[str, int]
+    ticks: dict[str, list[str]]
 
 
 def import_plan(client: Any, events: list[Event]) -> ImportPlan:
@@ -326,14 +328,18 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
     _refuse_repeats(events)
     kept = [event for event in events if event.type != ERASURE_COPY]
     present: dict[str, int] = {}
-    ids: dict[str, frozenset[str]] = {}
+    expected: dict[str, int] = {}
+    ticks: dict[str, list[str]] = {}
     for agent_id in dict.fromkeys(event.agent_id for event in kept):
-        mine = [str(event.event_id) for event in kept if event.agent_id == agent_id]
-        ids[agent_id] = frozenset(mine)
+        theirs = [event for event in kept if event.agent_id == agent_id]
+        mine = [str(event.event_id) for event in theirs]
+        expected[agent_id] = len(mine)
+        ticks[agent_id] = [str(e.event_id) for e in theirs if isinstance(e, ClockTicked)]
+        file_ticks = set(ticks[agent_id])
         here = [
             event_id
             for event_id, kind in _archived(client, agent_id)
-            if kind != ClockTicked.TYPE or event_id in ids[agent_id]
+            if kind != ClockTicked.TYPE or event_id in file_ticks
         ]
         if here != mine[: len(here)]:
             raise EngramError(
@@ -352,7 +358,7 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
         if isinstance(event, MemoryForked):
             _check_fork_source(client, event)
     present = {a: n for a, n in present.items() if n}
-    return ImportPlan(sent, present, len(events) - len(kept), ids)
+    return ImportPlan(sent, present, len(events) - len(kept), expected, ticks)
 
 
 def _refuse_repeats(events: list[Event]) -> None:
@@ -405,15 +411,19 @@ def _check_fork_source(client: Any, fork: MemoryForked) -> None:
 
 def archived_counts(client: Any, plan: ImportPlan) -> dict[str, int]:
     """How many of each agent's events in the file ``plan`` was made of the history here
-    archives (what else it archives for the agent, such as this deployment's ticks, is
-    not counted)."""
-    return {
-        agent_id: sum(event_id in ids for event_id, _ in _archived(client, agent_id))
-        for agent_id, ids in plan.ids.items()
-    }
+    archives (this deployment's own ticks of the agent are not counted)."""
+    counts: dict[str, int] = {}
+    for agent_id, ticks in plan.ticks.items():
+        result = client.query(
+            "SELECT countIf(type != {tick:String} OR has({t:Array(String)}, toString(event_id)))"
+            " FROM events FINAL WHERE agent_id = {a:String}",
+            parameters={"a": agent_id, "tick": ClockTicked.TYPE, "t": ticks},
+        )
+        counts[agent_id] = int(result.result_rows[0][0])
+    return counts
 
 
 def expected_counts(plan: ImportPlan) -> dict[str, int]:
     """How many events of each agent the history holds once ``plan`` is folded (of the
     file's: see :func:`archived_counts`)."""
-    return {agent_id: len(ids) for agent_id, ids in plan.ids.items()}
+    return dict(plan.expected)
