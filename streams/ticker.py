@@ -38,16 +38,23 @@ def register_ticker(
 
     @app.timer(interval_s, on_leader=True)  # type: ignore[untyped-decorator]  # faust: untyped
     async def tick() -> None:
-        writer = LogWriter(bootstrap)
         try:
-            producer = await writer.start()
-            count = len(await producer.partitions_for(topic))
-            records = [
-                Record(None, codec.encode(t), partition=t.body.partition)
-                for t in ticks(count, interval_s, datetime.now(UTC))
-            ]
-            await writer.send(topic, records)
+            await publish_ticks(bootstrap, topic, interval_s, codec)
         except Exception as error:  # the next tick comes anyway; say why this one did not
             log.warning("clock.tick not published: %r", error)
-        finally:
-            await writer.stop()
+
+
+async def publish_ticks(bootstrap: str, topic: str, interval_s: float, codec: Codec) -> None:
+    """One tick now on every partition of ``topic``, as the ticker publishes it each
+    ``interval_s`` (with a producer of its own); raises if it is not acknowledged."""
+    writer = LogWriter(bootstrap)
+    try:
+        producer = await writer.start()
+        count = len(await producer.partitions_for(topic))
+        records = [
+            Record(None, codec.encode(t), partition=t.body.partition)
+            for t in ticks(count, interval_s, datetime.now(UTC))
+        ]
+        await writer.send(topic, records)
+    finally:
+        await writer.stop()

@@ -178,7 +178,6 @@ def topic_types(bootstrap: str, topic: str) -> Counter[str]:
 def readable_creations(world: World, topic: str) -> int:
     """The ``memory.created`` of ``topic`` that open with the stack's keys: an erased
     subject's stay on the log sealed under a destroyed key, and no rebuild embeds them."""
-    found: list[Any] = []
     with archive_opener(Settings.from_env(world.env)) as open_event:
         assert open_event is not None
         opened = [
@@ -186,8 +185,7 @@ def readable_creations(world: World, topic: str) -> int:
             for r in asyncio.run(read_all(world.stack.bootstrap, topic))
             if r.value is not None and sealed_kind(r.value) == "memory.created"
         ]
-        found = [e for e in opened if isinstance(e, MemoryCreated)]
-    return len(found)
+    return sum(isinstance(e, MemoryCreated) for e in opened)
 
 
 async def read_all(bootstrap: str, topic: str) -> list[Any]:

@@ -17,8 +17,7 @@ import pytest
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
 from schemas import Codec, Event
-from streams.logwriter import LogWriter, Record
-from streams.ticker import ticks
+from streams.ticker import publish_ticks
 from tests.support import FAST_GROUP, Stack, engram_cmd, start_stack, wait_until
 
 pytestmark = pytest.mark.integration
@@ -130,25 +129,6 @@ def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, f
         assert changes(there, agent) == source
 
 
-EVENTS = "engram.events"  # the stacks' default
-
-
-async def tick_everywhere(bootstrap: str) -> None:
-    """What the ticker publishes at an interval, now: a tick on every partition."""
-    writer = LogWriter(bootstrap)
-    try:
-        producer = await writer.start()
-        count = len(await producer.partitions_for(EVENTS))
-        codec = Codec()
-        records = [
-            Record(None, codec.encode(t), partition=t.body.partition)
-            for t in ticks(count, 60.0, datetime.now(UTC))
-        ]
-        await writer.send(EVENTS, records)
-    finally:
-        await writer.stop()
-
-
 def test_importing_again_after_the_clock_ticked_sends_nothing(stack: Stack, tmp_path: Path) -> None:
     """The destination's own ticks join the imported agent's log there; they are not
     the file's, so importing the file again (a retry, a resume) still finds it whole."""
@@ -162,7 +142,7 @@ def test_importing_again_after_the_clock_ticked_sends_nothing(stack: Stack, tmp_
     assert cli(stack, "export", agent, "-o", str(path)).returncode == 0
     with elsewhere(tmp_path) as there:
         assert cli(there, "import", str(path)).returncode == 0
-        asyncio.run(tick_everywhere(there.bootstrap))
+        asyncio.run(publish_ticks(there.bootstrap, "engram.events", 60.0, Codec()))
         wait_until(lambda: there.scalar(count, a=agent) > len(events), 60, "a tick folded there")
         again = cli(there, "import", str(path))
         assert again.returncode == 0, again.stderr
