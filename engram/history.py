@@ -33,6 +33,7 @@ from processors import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
 from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention_of
 from processors.persona import PersonaVersion, SkillRecord
+from processors.rebase import in_memory, undone_spans
 from processors.working import SUMMARY_ROLE, SessionState
 from schemas import EpisodeBody, FactSetBody, Turn, WorkingBody
 
@@ -189,11 +190,19 @@ WHERE {_AS_OF}"""
 """How many archived events occurred by T, the last one's sequence and time, and the
 sequence and type of those that were a ``session.started`` or a ``working.set``."""
 
+_ROLLBACKS = f"""
+SELECT groupArray(tuple(seq, JSONExtractUInt(body, 'to_seq'))) AS rollbacks
+FROM memory_changes
+WHERE {_AS_OF} AND type = 'agent.rolled_back'"""
+"""Every rollback the agent's fold applied by T: ``(seq, to_seq)``, for
+:func:`processors.rebase.undone_spans`."""
+
 SNAPSHOT_SQL = f"""
-SELECT position, items, working
+SELECT position, items, working, rollbacks
 FROM ({_POSITION}) AS p
 CROSS JOIN (SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})) AS i
-CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w"""
+CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w
+CROSS JOIN ({_ROLLBACKS}) AS r"""
 """The second road in one round trip: three parts over one agent's changes and
 archived events that occurred by T come back as the columns of one row. Each part is
 a one-row subquery of a cross join, not a scalar subquery: the engine runs scalar
@@ -206,7 +215,9 @@ either: the read-only endpoint of ``engram up`` refuses a query that changes one
 * ``position``: :data:`_POSITION`;
 * ``items``: :data:`_ITEMS` (memories, episodes, facts, skills, persona);
   ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
-  sorted here).
+  sorted here);
+* ``rollbacks``: :data:`_ROLLBACKS`, what takes the episodes a rollback undid off the
+  episode list.
 
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
 time of the event that made them, so for a log whose event times never go back these
@@ -230,9 +241,11 @@ SELECT seq, session_id, user_id, body
 FROM memory_changes FINAL
 WHERE {_AS_OF} AND type = 'episode.closed'
   AND ({{u:Nullable(String)}} IS NULL OR user_id = {{u:Nullable(String)}})
+  AND NOT arrayExists(s -> seq > s.1 AND seq < s.2, {{x:Array(Tuple(UInt64, UInt64))}})
 ORDER BY seq DESC, idx DESC
 LIMIT {{n:UInt32}}"""
-"""The latest episodes closed by T (of one user when given), newest first."""
+"""The latest episodes closed by T (of one user when given), newest first, but those
+of the stretches ``x`` that rollbacks undid (:func:`processors.rebase.undone_spans`)."""
 
 
 def history_snapshot(
@@ -278,7 +291,9 @@ def history_snapshot(
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
     at = as_of.astimezone(UTC)
-    [(found, item_rows, working_rows)] = _rows(client, SNAPSHOT_SQL, {"a": agent_id, "t": at})
+    [(found, item_rows, working_rows, rollbacks)] = _rows(
+        client, SNAPSHOT_SQL, {"a": agent_id, "t": at}
+    )
     count, seq, last_at, opening = found
     if not count:
         raise UnknownAgent(
@@ -304,7 +319,9 @@ def history_snapshot(
         working=working_of(sessions, session_id),
         episodes=[
             episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
-            for seq, _idx, session, user, body, _ in _latest(docs, user_id, episodes)
+            for seq, _idx, session, user, body, _ in _latest(
+                docs, user_id, episodes, undone_spans(rollbacks)
+            )
         ],
         facts=sorted((f for f in facts if f), key=lambda f: (f["namespace"], f["key"])),
         persona=persona_of(persona[0][4], persona[0][5]) if persona else None,
@@ -317,11 +334,20 @@ def history_snapshot(
     )
 
 
+def undone(client: Client, agent_id: str, as_of: datetime | None) -> list[tuple[int, int]]:
+    """The stretches of the agent's log its rollbacks by ``as_of`` (None: all) undid
+    (:func:`processors.rebase.undone_spans`): their episodes are not the memory's."""
+    [(rollbacks,)] = _rows(client, _ROLLBACKS, {"a": agent_id, "t": as_of or _END_OF_TIME})
+    return undone_spans(rollbacks)
+
+
 def episode_tail(
     client: Client, agent_id: str, *, user_id: str | None, as_of: datetime | None, limit: int
 ) -> list[dict[str, Any]]:
-    """The last ``limit`` episodes closed by ``as_of`` (None: all), newest first."""
-    where = {"a": agent_id, "t": as_of or _END_OF_TIME, "u": user_id, "n": limit}
+    """The last ``limit`` episodes closed by ``as_of`` (None: all), newest first; not
+    those a rollback undid."""
+    spans = undone(client, agent_id, as_of)
+    where = {"a": agent_id, "t": as_of or _END_OF_TIME, "u": user_id, "n": limit, "x": spans}
     return [
         episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
         for seq, session, user, body in _rows(client, EPISODES_SQL, where)
@@ -541,11 +567,19 @@ def _items(
 
 
 def _latest(
-    docs: dict[str, list[tuple[Any, ...]]], user_id: str | None, count: int
+    docs: dict[str, list[tuple[Any, ...]]],
+    user_id: str | None,
+    count: int,
+    spans: Sequence[tuple[int, int]],
 ) -> list[tuple[Any, ...]]:
-    """The last ``count`` episodes closed by T (of ``user_id`` when given), newest first."""
+    """The last ``count`` episodes closed by T (of ``user_id`` when given), newest
+    first; not those of the stretches ``spans`` a rollback undid."""
     closed = docs.get("episode.closed", [])
-    mine = (doc for doc in closed if user_id is None or doc[3] == user_id)
+    mine = (
+        doc
+        for doc in closed
+        if (user_id is None or doc[3] == user_id) and in_memory(int(doc[0]), spans)
+    )
     return sorted(mine, key=lambda doc: (doc[0], doc[1]), reverse=True)[:count]
 
 

@@ -29,7 +29,7 @@ Everything in a :class:`Snapshot` is JSON-serialisable (``model_dump(mode="json"
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
@@ -38,6 +38,7 @@ from typing import Any
 from engram.results import DEFAULT_EPISODES, Position, Snapshot, SnapshotMemory
 from processors import AgentMemory, AgentState, MemoryConfig, Step
 from processors.forgetting import ForgettingParams, retention
+from processors.rebase import in_memory
 from processors.working import SessionState
 from schemas import (
     BadEvent,
@@ -98,16 +99,22 @@ def take_snapshot(
         when = "" if as_of is None else f" at or before {as_of.isoformat()}"
         raise UnknownAgent(f"no events of agent {agent_id!r} in the history{when}")
     state = memory.state()
-    if closed is None:
-        from engram.history import episode_tail  # engram.history imports this module
+    from engram.history import episode_tail, undone  # engram.history imports this module
 
+    if closed is None:
         tail = episode_tail(history.client, agent_id, user_id=user_id, as_of=None, limit=episodes)
     else:
-        mine = [e for e in reversed(closed) if user_id is None or e["user_id"] == user_id]
-        if len(mine) < episodes and folded.before is not None:
-            more = episodes - len(mine)
-            mine += _episodes_before(history, agent_id, folded.before, user_id, more, config, read)
-        tail = mine[:episodes]
+        spans = undone(history.client, agent_id, as_of)
+
+        def kept(episode: dict[str, Any]) -> bool:
+            mine = user_id is None or episode["user_id"] == user_id
+            return mine and in_memory(episode["seq"], spans)
+
+        found = [e for e in reversed(closed) if kept(e)]
+        if len(found) < episodes and folded.before is not None:
+            more = episodes - len(found)
+            found += _episodes_before(history, agent_id, folded.before, kept, more, config, read)
+        tail = found[:episodes]
     retention_at = as_of or position.last_event_at
     listed = as_of is not None if list_memories is None else list_memories
     return Snapshot(
@@ -289,13 +296,13 @@ def _episodes_before(
     history: ClickHouseHistory,
     agent_id: str,
     before: int,
-    user_id: str | None,
+    kept: Callable[[dict[str, Any]], bool],
     need: int,
     config: MemoryConfig,
     read: OpenEvent,
 ) -> list[dict[str, Any]]:
-    """The last ``need`` episodes (of ``user_id`` when given) closed at or before
-    sequence ``before``, newest first, as the fold from the first event closes them:
+    """The last ``need`` episodes that are ``kept`` closed at or before sequence
+    ``before``, newest first, as the fold from the first event closes them:
     each stretch between two kept checkpoints is folded again from the earlier one
     (the first stretch from the first event), the latest stretch first, until enough
     are found. ``before`` is a checkpoint :func:`replay_start` accepted, so the events
@@ -309,7 +316,7 @@ def _episodes_before(
             state = AgentState(agent_id=agent_id)
         run = _Run(AgentMemory(state, config), last_seq=state.seq)
         run.fold(history.agent_log(agent_id, after_seq=state.seq, upto_seq=upto), history, read)
-        found += [e for e in reversed(run.closed) if user_id is None or e["user_id"] == user_id]
+        found += [e for e in reversed(run.closed) if kept(e)]
         upto = state.seq
     return found[:need]
 

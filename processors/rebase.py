@@ -22,7 +22,7 @@ rollback's time in ``fact.set`` (the fold keeps the versions of the past).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -382,3 +382,27 @@ def _replaced(session: SessionState, old: SessionState | None) -> WorkingBody:
         scratchpad=session.scratchpad,
         cleared=True,
     )
+
+
+def undone_spans(rollbacks: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The stretches of an agent's log that its rollbacks undid, as open intervals
+    ``(to_seq, seq)``, latest first.
+
+    ``rollbacks``: ``(seq, to_seq)`` of every rollback the agent's fold applied (its
+    ``agent.rolled_back``), in any order. The memory after the log is the memory of a
+    path through it: from the end back to the latest rollback, then on from its
+    ``to_seq`` (what the rollback restored), and so on. A rollback inside a stretch a
+    later one undid is off that path: the later one restored a state from before it,
+    so what it had undone is back. An event with a sequence inside a span (``to_seq <
+    s < seq``) is not part of the memory's past; the rollback itself is."""
+    spans: list[tuple[int, int]] = []
+    for seq, to_seq in sorted(set(rollbacks), reverse=True):
+        if spans and seq > spans[-1][0]:
+            continue  # undone by a later rollback, or the same position twice
+        spans.append((to_seq, seq))
+    return spans
+
+
+def in_memory(seq: int, spans: Sequence[tuple[int, int]]) -> bool:
+    """Whether the event at ``seq`` is on the memory's path (see :func:`undone_spans`)."""
+    return not any(low < seq < high for low, high in spans)

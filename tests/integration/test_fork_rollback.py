@@ -65,6 +65,11 @@ def memory_of(snap: Snapshot) -> dict[str, Any]:
     return {"facts": facts, "persona": persona, "memories": items}
 
 
+def episodes_of(snap: Snapshot) -> list[str]:
+    """The snapshot's recent episodes, newest first, by id."""
+    return [e["episode_id"] for e in snap.episodes]
+
+
 def texts(memory: Memory, agent: str, query: str) -> list[str]:
     found = memory.recall(query, agent_id=agent, k=20, record=False)
     return [m.text for m in found.memories]
@@ -100,6 +105,15 @@ def test_rollback_then_fork(stack: Stack) -> None:
         latest = memory.snapshot(agent)
         assert memory_of(latest)["facts"] == as_of_t["facts"]
         assert memory_of(latest)["persona"] == "warm, brief"
+        # its episodes too, on every road: Paris's session (closed after T) was undone
+        kyoto = episodes_of(memory.snapshot(agent, as_of=T))
+        assert kyoto
+        assert episodes_of(memory.snapshot(agent, as_of=now)) == kyoto
+        assert episodes_of(latest) == kyoto
+        assert episodes_of(memory.history(agent, as_of=now)) == kyoto
+        before = T + timedelta(days=4)  # before the rollback: Paris's session was there
+        assert episodes_of(memory.history(agent, as_of=before))[1:] == kyoto
+        assert episodes_of(memory.snapshot(agent, as_of=before))[1:] == kyoto
         # history keeps everything, plus the rollback and its record
         assert stack.scalar(COUNT, a=agent) == len(events) + 1
         typed = "SELECT type FROM events FINAL WHERE agent_id = {a:String} ORDER BY seq"

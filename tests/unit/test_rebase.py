@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from engram.history import sessions_from_deltas
 from processors import AgentMemory, MemoryConfig
-from processors.rebase import Past, RebaseRefused, fold_past
+from processors.rebase import Past, RebaseRefused, fold_past, in_memory, undone_spans
 from schemas import (
     DerivedEvent,
     Event,
@@ -357,3 +357,33 @@ def test_two_agents_events_with_one_id_make_memories_with_their_own_ids() -> Non
         made[agent] = {d.body.memory_id for d in derived if isinstance(d, MemoryCreated)}
     assert len(made["alice"]) == len(made["bob"]) == 4  # three important turns, an episode
     assert made["alice"].isdisjoint(made["bob"])
+
+
+@st.composite
+def rollback_logs(draw: st.DrawFn) -> tuple[int, list[tuple[int, int]]]:
+    """A log's length and its rollbacks ``(seq, to_seq)``, each to an earlier event."""
+    length = draw(st.integers(1, 40))
+    seqs = draw(st.sets(st.integers(1, length - 1), max_size=8)) if length > 1 else set()
+    return length, [(seq, draw(st.integers(0, seq - 1))) for seq in sorted(seqs)]
+
+
+@given(rollback_logs())
+def test_the_undone_spans_leave_what_the_memory_holds_after_its_rollbacks(
+    log: tuple[int, list[tuple[int, int]]],
+) -> None:
+    """Against the fold's own rule, event by event: a rollback's memory is the memory
+    after its ``to_seq`` (which itself went through every earlier rollback) plus itself."""
+    length, rollbacks = log
+    to = dict(rollbacks)
+    held: list[frozenset[int]] = []
+    for seq in range(length):
+        before = held[to[seq]] if seq in to else (held[-1] if held else frozenset())
+        held.append(before | {seq})
+    spans = undone_spans(reversed(rollbacks))
+    assert {s for s in range(length) if in_memory(s, spans)} == held[-1]
+
+
+def test_a_rollback_of_a_rollback_to_before_it_brings_back_what_it_undid() -> None:
+    assert undone_spans([(6, 2), (9, 4)]) == [(4, 9)]  # 3 and 4 are back
+    assert undone_spans([(6, 2), (9, 7)]) == [(7, 9), (2, 6)]
+    assert undone_spans([(6, 2), (9, 6)]) == [(6, 9), (2, 6)]  # the rollback at 6 stays
