@@ -353,12 +353,15 @@ about 400 MiB at 512 d); the memories past it are embedded again."""
 
 
 class VectorCache:
-    """The live derivation's vectors of one model, by the text they embed: a memory the
-    new derivation makes with the same text gets the same vector without a model call
-    (an embedder is a pure function of its text, see :mod:`sinks.embedding`)."""
+    """The live derivation's vectors of one model version, by the text they embed: a
+    memory the new derivation makes with the same text gets the same vector without a
+    model call (an embedder is a pure function of its text, see :mod:`sinks.embedding`).
+    Only vectors recorded under the running embedder's ``version`` are reused: the
+    record made of a reused vector names that version, which must be how it was made."""
 
-    def __init__(self, model: str, limit: int = CACHE_LIMIT) -> None:
+    def __init__(self, model: str, version: str = "", limit: int = CACHE_LIMIT) -> None:
         self.model = model
+        self.version = version
         self.limit = limit
         self.vectors: dict[bytes, bytes] = {}
         self.texts: dict[str, bytes] = {}  # memory id -> digest of its text, while loading
@@ -373,7 +376,9 @@ class VectorCache:
         for event in events:
             if isinstance(event, MemoryCreated):
                 self.texts[event.body.memory_id] = self.digest(event.body.text)
-            elif isinstance(event, MemoryEmbedded) and event.body.model == self.model:
+            elif isinstance(event, MemoryEmbedded) and (
+                event.body.model == self.model and event.body.model_version == self.version
+            ):
                 text = self.texts.pop(event.body.memory_id, None)
                 if text is not None and len(self.vectors) < self.limit:
                     self.vectors[text] = np.asarray(event.body.vector, dtype=np.float64).tobytes()
@@ -485,8 +490,10 @@ class Reprocess:
         self.swapped = False
         self.resumed = False
         self.ends: dict[int, int] = {}
+        embedder = parts.embedder
         self.cache = VectorCache(
-            parts.embedder.name if parts.embedder is not None else ""
+            embedder.name if embedder is not None else "",
+            embedder.version if embedder is not None else "",
         )  # per partition of the new topic: after the last written
 
     # -- the run -------------------------------------------------------------
