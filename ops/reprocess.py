@@ -359,7 +359,7 @@ class VectorCache:
     Only vectors recorded under the running embedder's ``version`` are reused: the
     record made of a reused vector names that version, which must be how it was made."""
 
-    def __init__(self, model: str, version: str = "", limit: int = CACHE_LIMIT) -> None:
+    def __init__(self, model: str, version: str, limit: int = CACHE_LIMIT) -> None:
         self.model = model
         self.version = version
         self.limit = limit
