@@ -283,6 +283,12 @@ class KeyBook:
             )
 
 
+KEY_FETCH_WAIT_MS = 100
+"""The key consumer's long-poll wait while a refresh reads: a fetch still waiting at
+the broker when a refresh ends delays the next refresh's end-offset request by at
+most this much."""
+
+
 class KafkaKeyring(KeyBook):
     """A :class:`KeyBook` backed by the key topic (one partition, compacted: see
     :func:`ops.topics.pipeline_topics`). :meth:`start` reads the topic to
@@ -311,10 +317,13 @@ class KafkaKeyring(KeyBook):
                 bootstrap_servers=self.bootstrap,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                fetch_max_wait_ms=KEY_FETCH_WAIT_MS,
             )
         )
         try:
-            self._consumer.assign([TopicPartition(self.topic, 0)])  # the topic's one partition
+            partition = TopicPartition(self.topic, 0)  # the topic's one partition
+            self._consumer.assign([partition])
+            self._consumer.pause(partition)  # fetched during a refresh only
             await self._consumer.seek_to_beginning()
             self._producer = await started(
                 AIOKafkaProducer(bootstrap_servers=self.bootstrap, acks="all")
@@ -333,18 +342,29 @@ class KafkaKeyring(KeyBook):
             await producer.stop()
 
     async def refresh(self) -> None:
-        """Read every record written up to now."""
+        """Read every record written up to now.
+
+        The partition stays paused between refreshes, so no fetch is waiting at the
+        broker when this asks for the end offset: a broker answers a connection's
+        requests in order, and the ``ListOffsets`` request would wait behind an idle
+        long-poll fetch (``fetch_max_wait_ms``: 500 ms by default, and every refresh
+        paid it)."""
         consumer = self._running_consumer()
         async with self._lock:
             assigned = list(consumer.assignment())
             ends = await consumer.end_offsets(assigned)
             read: list[tuple[bytes, bytes | None]] = []
-            while await _behind(consumer, ends):
-                batches = await consumer.getmany(timeout_ms=500)
-                for records in batches.values():
-                    for record in records:
-                        self.apply(record.key or b"", record.value, self.master)
-                        read.append((record.key or b"", record.value))
+            if await _behind(consumer, ends):
+                consumer.resume(*assigned)
+                try:
+                    while await _behind(consumer, ends):
+                        batches = await consumer.getmany(timeout_ms=500)
+                        for records in batches.values():
+                            for record in records:
+                                self.apply(record.key or b"", record.value, self.master)
+                                read.append((record.key or b"", record.value))
+                finally:
+                    consumer.pause(*assigned)
             if self.archive is not None:
                 self.archive.record(read)
 

@@ -137,3 +137,34 @@ def test_an_erasure_read_again_spares_the_keys_made_after_it(broker: str) -> Non
             await ring.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_refresh_leaves_no_fetch_waiting_at_the_broker(broker: str) -> None:
+    """Between refreshes the key consumer's partition is paused: a broker answers a
+    connection's requests in order, so an idle long-poll fetch held every refresh's
+    end-offset request for ``fetch_max_wait_ms`` (500 ms: a rebuild, which reads the
+    keys again every second, stood still a third of its time). A refresh still reads
+    what was written since, in several rounds."""
+
+    async def scenario() -> None:
+        topic = f"engram.keys.test-{uuid.uuid4().hex[:8]}"
+        await ensure_topics(broker, [TopicSpec(topic, 1, COMPACTED)])
+        master = MasterKey(secrets.token_bytes(32))
+        writer, reader = await keyring(broker, topic, master), await keyring(broker, topic, master)
+        try:
+            consumer = reader._consumer  # the keyring's own: is anything left fetching?
+            assert consumer is not None
+            assert consumer.paused() == consumer.assignment()  # after start's read
+            for n in range(3):
+                subjects = [f"u{n}-{i}" for i in range(40)]
+                await writer.ensure(subjects)
+                await reader.refresh()
+                assert consumer.paused() == consumer.assignment()
+                assert all(reader.live(s) == writer.live(s) != [] for s in subjects)
+            await reader.refresh()  # nothing new
+            assert consumer.paused() == consumer.assignment()
+        finally:
+            await writer.stop()
+            await reader.stop()
+
+    asyncio.run(scenario())
