@@ -100,6 +100,7 @@ from sinks.clickhouse import (
     record_row,
     version_table,
 )
+from sinks.clients import started
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent, Unsealing
 from sinks.transcode import Transcoder, Unsupported, transcoder
@@ -247,13 +248,20 @@ class Progress(Run):
 class LogReader:
     """Reads ``topic`` from its first offsets, pass after pass, in log order per
     partition. ``max_rate`` (records/s) throttles it, so a rebuild need not starve
-    the live pipeline."""
+    the live pipeline.
+
+    End offsets are asked by a client of their own (``probe``, no partitions): a
+    broker answers a connection's requests in order, so on the reading consumer's
+    connection a ``ListOffsets`` waits behind the fetch in flight, which once the
+    reader is caught up is a long poll of ``fetch_max_wait_ms`` (500 ms), twice
+    per rebuild, once with the live projection held."""
 
     def __init__(self, bootstrap: str, topic: str, *, max_rate: float | None = None) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.max_rate = max_rate
         self.consumer: AIOKafkaConsumer | None = None
+        self.probe: AIOKafkaConsumer | None = None
         self.partitions: list[TopicPartition] = []
         self.positions: dict[TopicPartition, int] = {}
         self.first: dict[TopicPartition, int] = {}
@@ -268,6 +276,9 @@ class LogReader:
         )
         await consumer.start()
         self.consumer = consumer
+        self.probe = await started(
+            AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        )
         found = await partitions_of(consumer, self.topic)
         if not found:
             raise LookupError(f"topic {self.topic!r} does not exist on {self.bootstrap}")
@@ -278,12 +289,17 @@ class LogReader:
         self.positions = dict(self.first)
 
     async def stop(self) -> None:
-        if self.consumer is not None:
-            await self.consumer.stop()
+        consumer, probe, self.consumer, self.probe = self.consumer, self.probe, None, None
+        try:
+            if consumer is not None:
+                await consumer.stop()
+        finally:
+            if probe is not None:
+                await probe.stop()
 
     async def ends(self) -> dict[TopicPartition, int]:
-        assert self.consumer is not None
-        ends: dict[TopicPartition, int] = await self.consumer.end_offsets(self.partitions)
+        assert self.probe is not None
+        ends: dict[TopicPartition, int] = await self.probe.end_offsets(self.partitions)
         return ends
 
     def done(self) -> int:
