@@ -14,6 +14,8 @@ import pytest
 
 from engram import Memory, make_event
 from engram.results import Snapshot
+from ops.bench.timetravel import comparable
+from processors.episodes import memory_id_of
 from schemas import Event
 from tests.support import Stack, engram_cmd, wait_until
 
@@ -184,3 +186,102 @@ def test_a_rollback_and_a_fork_to_t_agree_with_the_snapshot_as_of_t_over_late_ev
         for who in (agent, copy):
             now = sorted((f["key"], f["value"]) for f in memory.snapshot(who).facts)
             assert now == then, who
+
+
+def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack: Stack) -> None:
+    """Paris is remembered after T1; a rollback to T1 forgets it, and a second rollback,
+    to T2 (after Paris was made), undoes the first and brings Paris back as it was at
+    T2 (one reinforcement, one lapse). At every moment around both rollbacks the two
+    roads of time travel (replay and the history's SQL) give the same memories, part
+    for part; the ``memories`` view shows Paris live, with the reinforcements of its
+    restored trace, and Kyoto with those the first rollback left it."""
+    agent = f"rr-{uuid.uuid4().hex[:8]}"
+    t1, t2 = T0 + timedelta(days=2), T0 + timedelta(days=4)
+    events: list[Event] = []
+
+    def add(kind: str, at: datetime, body: dict[str, Any], session: str | None = None) -> Event:
+        event = make_event(kind, agent_id=agent, session_id=session, user_id="mei",
+                           occurred_at=at, body=body)  # fmt: skip
+        events.append(event)
+        return event
+
+    def remembered(sid: str, start: datetime, line: str) -> str:
+        """A session with one important turn: the id of that turn's memory."""
+        add("session.started", start, {"task": "plan a trip"}, sid)
+        body = {"role": "user", "content": line, "importance": 8.5}
+        turn = add("interaction.recorded", start + timedelta(minutes=1), body, sid)
+        add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
+        return memory_id_of("turn", agent, str(turn.event_id))
+
+    def recall(at: datetime, *memory_ids: str) -> None:
+        scores = [0.5] * len(memory_ids)
+        add(
+            "memory.recalled",
+            at,
+            {"query": "the trip", "memory_ids": [*memory_ids], "scores": scores},
+        )
+
+    kyoto = remembered("s1", T0, "I want to see Kyoto in April for the cherry blossoms.")
+    recall(T0 + timedelta(hours=1), kyoto)
+    paris = remembered("s2", T0 + timedelta(days=3), "Now plan Paris and the Louvre instead.")
+    recall(T0 + timedelta(days=3, hours=1), paris)
+    add("feedback.given", T0 + timedelta(days=3, hours=2),
+        {"memory_id": paris, "useful": False, "correction": "not the Louvre"})  # fmt: skip
+    recall(T0 + timedelta(days=5), paris, kyoto)
+
+    def agree(memory: Memory, at: datetime) -> dict[str, Any]:
+        """Both roads' memories as of ``at``, which must be the same; by memory id."""
+        replayed = comparable(memory.snapshot(agent, as_of=at))
+        queried = comparable(memory.history(agent, as_of=at))
+        for part in ("memories", "episodes", "working", "position"):
+            assert replayed[part] == queried[part], (part, at.isoformat())
+        one = {m["memory_id"]: m for m in replayed["memory_items"]}
+        two = {m["memory_id"]: m for m in queried["memory_items"]}
+        assert one.keys() == two.keys(), (at.isoformat(), one.keys() ^ two.keys())
+        for memory_id, item in one.items():
+            wrong = {k: (v, two[memory_id][k]) for k, v in item.items() if two[memory_id][k] != v}
+            assert not wrong, f"{memory_id} as of {at.isoformat()}, (replay, history): {wrong}"
+        return one
+
+    def view(memory_id: str) -> tuple[Any, ...]:
+        return stack.rows(
+            "SELECT forgotten, reinforcements, layer FROM memories"
+            " WHERE agent_id = {a:String} AND memory_id = {m:String}", a=agent, m=memory_id
+        )[0]  # fmt: skip
+
+    with Memory(bootstrap=stack.bootstrap, http=stack.http) as memory:
+        memory.publish_many(events)
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events), 60, "the archive")
+        before = [T0 + timedelta(hours=2), t1, T0 + timedelta(days=3, hours=3), t2,
+                  T0 + timedelta(days=6)]  # fmt: skip
+        at_t2 = agree(memory, t2)[paris]
+        assert (at_t2["reinforcements"], at_t2["lapses"]) == (1, 1)
+
+        for to in (t1, t2):
+            done = cli(stack, "rollback", agent, "--to", to.isoformat())
+            assert done.returncode == 0, done.stderr
+        first, second = (
+            _aware(at) for (at,) in stack.rows(
+                "SELECT occurred_at FROM memory_changes FINAL WHERE agent_id = {a:String}"
+                " AND type = 'agent.rolled_back' ORDER BY seq", a=agent)
+        )  # fmt: skip
+        assert first < second
+        later = datetime.now(UTC)
+        recall(later, paris)  # a reinforcement on top of the restored trace
+        memory.publish(events[-1])
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events) + 2, 60, "the recall")
+
+        for at in [*before, first, second - timedelta(milliseconds=1)]:
+            agree(memory, at)
+        assert paris not in agree(memory, first)
+        restored = agree(memory, second)[paris]
+        assert restored == at_t2 | {"retention": restored["retention"]}
+        now = agree(memory, datetime.now(UTC))
+        assert (now[paris]["reinforcements"], now[paris]["lapses"]) == (2, 1)
+        assert now[kyoto]["reinforcements"] == 1  # the first rollback undid one
+        assert view(paris) == (False, 2, "L2")
+        assert view(kyoto) == (False, 1, "L2")
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
