@@ -105,9 +105,9 @@ _ITEMS = f"""
 WITH
     argMaxIf((body, user_id, occurred_at, anchor), {_AT_KEY}, type = 'memory.created')
         AS made_as,
-    groupBitOr(multiIf(type = 'memory.created', 1, type = 'memory.forgotten', 2,
-                       type = 'memory.promoted', 4, 0)) AS flags,
-    bitAnd(flags, 3) = 1 AS live
+    groupBitOr(multiIf(type = 'memory.created', 1, type = 'memory.promoted', 4, 0)) AS flags,
+    maxIf({_AT_KEY} + 1, type = 'memory.created')
+        > maxIf({_AT_KEY} + 1, type = 'memory.forgotten') AS live
 SELECT
     multiIf(type IN ('fact.set', 'skill.updated', 'persona.versioned'), type, '') AS kind,
     item, if(live, made_as.1, '') AS created, made_as.2 AS owner,
@@ -126,16 +126,27 @@ FROM memory_changes
 WHERE {_AS_OF}
     AND (type IN ('episode.closed', 'fact.set', 'skill.updated', 'persona.versioned')
          OR (memory_id != '' AND type IN ('memory.created', 'memory.reinforced', 'memory.weakened',
-                                          'memory.promoted', 'memory.forgotten')))
+                                          'memory.promoted', 'memory.forgotten')
+             AND NOT arrayExists(s -> seq > s.1 AND seq <= s.2,
+                                 {{x:Array(Tuple(UInt64, UInt64))}})))
 GROUP BY kind, item
 HAVING kind != '' OR live OR ended_at != ''"""
 """In one pass, grouped by what a change is about (``item``; :func:`_items` reads the
 rows):
 
-* a memory (``kind`` ''): whether it was created and not forgotten by T (``live``),
-  with what its retention needs (the latest strength, the reinforcements and lapses)
-  and its anchor, the episode whose end dates it (its own, or the first source episode
-  of a semantic memory); an episode's ``episode.closed`` is grouped with the memory of
+* a memory (``kind`` ''): whether it was created by T and not forgotten since its
+  latest creation (``live``), with what its retention needs (the latest strength, the
+  reinforcements and lapses) and its anchor, the episode whose end dates it (its own,
+  or the first source episode of a semantic memory). Only the changes on the memories'
+  path count: not those of a span ``x`` (``low < seq <= high``), each a stretch that a
+  rollback by T undid (:func:`processors.rebase.undone_spans`) with that rollback's
+  own changes (at ``high``). Those take the projections from the memory before the
+  rollback to the memory it restored, the fold of the changes before the stretch
+  (``seq <= low``), and these say more: a memory a rollback brought back is live from
+  its creation before the stretch, with the reinforcements and lapses it had then, as replay
+  restores it (the rollback's ``memory.created`` and ``memory.reinforced`` would date
+  it and its last reinforcement at the rollback, and count one reinforcement for
+  all). An episode's ``episode.closed`` is grouped with the memory of
   the episode (``item``: the episode's id), so every episode closed by T comes with its
   end and its record (``doc``);
 * the latest ``fact.set`` of every key (``item``: namespace and key; a null value:
@@ -197,10 +208,14 @@ WHERE {_AS_OF} AND type = 'agent.rolled_back'"""
 """Every rollback the agent's fold applied by T: ``(seq, to_seq)``, for
 :func:`processors.rebase.undone_spans`."""
 
+ITEMS_SQL = f"SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})"
+""":data:`_ITEMS` alone, as one row: what :func:`history_snapshot` asks again, on the
+memories' path, of an agent with rollbacks by T."""
+
 SNAPSHOT_SQL = f"""
 SELECT position, items, working, rollbacks
 FROM ({_POSITION}) AS p
-CROSS JOIN (SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})) AS i
+CROSS JOIN ({ITEMS_SQL}) AS i
 CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w
 CROSS JOIN ({_ROLLBACKS}) AS r"""
 """The second road in one round trip: three parts over one agent's changes and
@@ -217,7 +232,10 @@ either: the read-only endpoint of ``engram up`` refuses a query that changes one
   ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
   sorted here);
 * ``rollbacks``: :data:`_ROLLBACKS`, what takes the episodes a rollback undid off the
-  episode list.
+  episode list, and the changes a rollback undid or made off the memories' path: the
+  query runs with no spans (``x`` empty) and, for an agent with a rollback by T, its
+  items part runs again with them (:data:`ITEMS_SQL`; the agents without one, nearly
+  all, pay no second round trip).
 
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
 time of the event that made them, so for a log whose event times never go back these
@@ -291,14 +309,16 @@ def history_snapshot(
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
     at = as_of.astimezone(UTC)
-    [(found, item_rows, working_rows, rollbacks)] = _rows(
-        client, SNAPSHOT_SQL, {"a": agent_id, "t": at}
-    )
+    where: dict[str, Any] = {"a": agent_id, "t": at, "x": []}
+    [(found, item_rows, working_rows, rollbacks)] = _rows(client, SNAPSHOT_SQL, where)
     count, seq, last_at, opening = found
     if not count:
         raise UnknownAgent(
             f"no events of agent {agent_id!r} in the history at or before {at.isoformat()}"
         )
+    spans = undone_spans(rollbacks)
+    if spans:  # the memories on their path: see _ITEMS
+        [(item_rows,)] = _rows(client, ITEMS_SQL, where | {"x": spans})
     position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
     memory_rows, docs = _items(item_rows)
     items = [_memory_of(row, at, config) for row in memory_rows]
@@ -319,9 +339,7 @@ def history_snapshot(
         working=working_of(sessions, session_id),
         episodes=[
             episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
-            for seq, _idx, session, user, body, _ in _latest(
-                docs, user_id, episodes, undone_spans(rollbacks)
-            )
+            for seq, _idx, session, user, body, _ in _latest(docs, user_id, episodes, spans)
         ],
         facts=sorted((f for f in facts if f), key=lambda f: (f["namespace"], f["key"])),
         persona=persona_of(persona[0][4], persona[0][5]) if persona else None,
