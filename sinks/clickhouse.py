@@ -379,6 +379,61 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (READ_COLUMNS_VERSION, (add_read_columns("memory_changes"),)),
+    (
+        9,
+        (
+            # A memory is what its latest memory.created made of it (``current``: that
+            # change and those after it): a rollback may forget it and a later one
+            # create it again, with a reinforcement that sets its trace back whole. So
+            # it is forgotten, promoted or reinforced only by changes since then, and
+            # its reinforcements are what the latest strength change says (a rollback's
+            # carries the count of the trace it restored; counting the changes would
+            # count that one as one, and those it undid)
+            """CREATE OR REPLACE VIEW memories AS
+            SELECT
+                agent_id,
+                memory_id,
+                argMaxIf(user_id, (seq, idx), type = 'memory.created') AS user_id,
+                argMaxIf(session_id, (seq, idx), type = 'memory.created') AS session_id,
+                argMaxIf(JSONExtractString(body, 'kind'), (seq, idx), type = 'memory.created')
+                    AS kind,
+                if(countIf(type = 'memory.promoted' AND current) > 0, 'L3',
+                   argMaxIf(JSONExtractString(body, 'layer'), (seq, idx), type = 'memory.created'))
+                    AS layer,
+                argMaxIf(JSONExtractString(body, 'text'), (seq, idx), type = 'memory.created')
+                    AS text,
+                argMaxIf(JSONExtractFloat(body, 'importance'), (seq, idx),
+                         type = 'memory.created') AS importance,
+                argMaxIf(JSONExtractFloat(body, 'sentiment'), (seq, idx),
+                         type = 'memory.created') AS sentiment,
+                argMaxIf(JSONExtractFloat(body, 'strength'), (seq, idx),
+                         type IN ('memory.created', 'memory.reinforced', 'memory.weakened'))
+                    AS strength,
+                argMaxIf(JSONExtractUInt(body, 'reinforcements'), (seq, idx),
+                         type IN ('memory.reinforced', 'memory.weakened') AND current)
+                    AS reinforcements,
+                maxIf(clock_at, type IN ('memory.created', 'memory.reinforced') AND current)
+                    AS last_reinforced_at,
+                countIf(type = 'memory.promoted' AND current) > 0 AS promoted,
+                countIf(type = 'memory.forgotten' AND current) > 0 AS forgotten,
+                minIf(occurred_at, type = 'memory.forgotten' AND current) AS forgotten_at,
+                minIf(clock_at, type = 'memory.created') AS created_at,
+                argMaxIf(config_version, (seq, idx), type = 'memory.created') AS config_version
+            FROM (
+                SELECT *,
+                    if(type = 'memory.created',
+                       coalesce(parseDateTime64BestEffortOrNull(
+                           JSONExtractString(body, 'formed_at'), 3, 'UTC'), occurred_at),
+                       occurred_at) AS clock_at,
+                    (seq, idx) >= max(if(type = 'memory.created', (seq, idx),
+                                         (toUInt64(0), toUInt16(0))))
+                        OVER (PARTITION BY agent_id, memory_id) AS current
+                FROM memory_changes FINAL
+                WHERE memory_id != ''
+            )
+            GROUP BY agent_id, memory_id""",
+        ),
+    ),
 )
 
 VECTOR_POINTS = "vector points"

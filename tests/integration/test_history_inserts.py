@@ -149,7 +149,7 @@ def test_the_read_columns_reach_rows_written_before_and_every_version(tmp_path: 
     history = ClickHouseHistory(client)
     kept = history.create_version()
     history.insert_change_rows(CHANGES, [change("m1", '"kind":"semantic","sources":["e1","e2"]')])
-    assert history.ensure_schema() == READ_COLUMNS_VERSION
+    assert history.ensure_schema() == MIGRATIONS[-1][0]
     history.insert_change_rows(CHANGES, [change("m2", '"kind":"turn","sources":[]')])
     for table in (CHANGES, f"{CHANGES}_v{kept}"):
         described = client.query(f"DESCRIBE TABLE {table}").result_rows
@@ -165,3 +165,64 @@ def change(memory_id: str, fields: str) -> list[object]:
     body = f'{{"memory_id":"{memory_id}",{fields},"strength":2.5}}'
     at = datetime(2026, 3, 2, tzinfo=UTC)
     return ["a", seq, 0, uuid4(), "memory.created", uuid4(), None, None, at, "c1", memory_id, body]
+
+
+def test_the_memories_view_of_a_history_from_before_shows_what_a_rollback_restored(
+    tmp_path: Path,
+) -> None:
+    """A history made before the view knew rollbacks gets the new view when next
+    opened: a memory forgotten, then created again (as a rollback restores one, with a
+    strength change that carries its trace's reinforcements), is live, and counts the
+    reinforcements of its restored trace and those after; a promotion before its
+    latest creation (one a rollback undid) no longer makes it L3; a memory forgotten
+    since its latest creation is forgotten."""
+    client = clickhouse_connect.get_client(dsn=f"chdb://{tmp_path}/view")
+    client.command(
+        "CREATE TABLE engram_ddl (version UInt32, applied_at DateTime64(3, 'UTC'))"
+        " ENGINE = MergeTree ORDER BY version"
+    )
+    for version, statements in MIGRATIONS[:READ_COLUMNS_VERSION]:
+        for statement in statements:
+            client.command(statement)
+        client.insert("engram_ddl", [[version, datetime.now(UTC)]])
+    history = ClickHouseHistory(client)
+    t0 = datetime(2026, 3, 2, tzinfo=UTC)
+
+    def row(seq: int, idx: int, kind: str, memory_id: str, fields: str) -> list[object]:
+        body = f'{{"memory_id":"{memory_id}",{fields}}}'
+        at = t0 + timedelta(hours=seq)
+        return ["a", seq, idx, uuid4(), kind, uuid4(), None, None, at, "c1", memory_id, body]
+
+    made = '"layer":"L2","kind":"turn","text":"Paris","strength":2.5'
+    history.insert_change_rows(
+        CHANGES,
+        [
+            row(1, 0, "memory.created", "back", made),
+            row(1, 1, "memory.created", "gone", made),
+            row(1, 2, "memory.created", "flat", made),
+            row(1, 3, "memory.promoted", "flat", '"from_layer":"L2","to_layer":"L3"'),
+            row(2, 0, "memory.reinforced", "back", '"strength":4.0,"reinforcements":1'),
+            row(3, 0, "memory.reinforced", "back", '"strength":6.0,"reinforcements":2'),
+            row(4, 0, "memory.forgotten", "back", '"retention":0.1'),
+            row(4, 1, "memory.forgotten", "gone", '"retention":0.1'),
+            row(5, 0, "memory.created", "back", made),  # a rollback to seq 2
+            row(5, 1, "memory.reinforced", "back", '"strength":4.0,"reinforcements":1'),
+            row(5, 2, "memory.created", "flat", made),  # its promotion is undone
+            row(6, 0, "memory.reinforced", "back", '"strength":5.0,"reinforcements":2'),
+        ],
+    )
+    view = "SELECT memory_id, forgotten, reinforcements, layer, strength FROM memories"
+    old = {r[0]: tuple(r[1:]) for r in client.query(view).result_rows}
+    assert old["back"] == (True, 4, "L2", 5.0) and old["flat"][2] == "L3"
+    assert history.ensure_schema() == MIGRATIONS[-1][0]
+    new = {r[0]: tuple(r[1:]) for r in client.query(view).result_rows}
+    assert new == {
+        "back": (False, 2, "L2", 5.0),
+        "gone": (True, 0, "L2", 2.5),
+        "flat": (False, 0, "L2", 2.5),
+    }
+    [moments] = client.query(
+        "SELECT forgotten_at, last_reinforced_at FROM memories WHERE memory_id = 'gone'"
+    ).result_rows
+    assert [m.replace(tzinfo=UTC) for m in moments] == [t0 + timedelta(hours=h) for h in (4, 1)]
+    client.close()
