@@ -26,6 +26,7 @@ from engram.status import REASON_HEADER, SOURCE_HEADER
 from schemas.errors import BadEvent
 from schemas.letters import open_letter
 from schemas.sealed import Keyring, UnknownKey, is_sealed
+from sinks.clients import partitions_of
 from sinks.keys import OpenEvent
 
 CONTENT_CHARS = 4000
@@ -104,9 +105,9 @@ async def read_dead_letters(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer.topics()  # reads the metadata: no topic, no partitions, no letters
-        numbers = consumer.partitions_for_topic(topic) or set()
-        partitions = [TopicPartition(topic, p) for p in sorted(numbers)]
+        partitions = [
+            TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))
+        ]
         if not partitions:
             return []
         starts = await consumer.beginning_offsets(partitions)

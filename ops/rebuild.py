@@ -100,7 +100,7 @@ from sinks.clickhouse import (
     record_row,
     version_table,
 )
-from sinks.clients import started
+from sinks.clients import partitions_of, started
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent, Unsealing
 from sinks.transcode import Transcoder, Unsupported, transcoder
@@ -279,7 +279,7 @@ class LogReader:
         self.probe = await started(
             AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
         )
-        found = await partitions_of(consumer, self.topic)
+        found = await partitions_of(consumer, self.topic, TOPIC_PATIENCE_S)
         if not found:
             raise LookupError(f"topic {self.topic!r} does not exist on {self.bootstrap}")
         self.partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
@@ -366,22 +366,6 @@ TAIL = 2_000
 
 TOPIC_PATIENCE_S = 5.0
 """How long :func:`partitions_of` asks again for a topic the broker does not list yet."""
-
-
-async def partitions_of(
-    consumer: AIOKafkaConsumer, topic: str, patience_s: float = TOPIC_PATIENCE_S
-) -> set[int]:
-    """The partitions of ``topic`` from a full metadata fetch, asked again for
-    ``patience_s`` while the broker does not list it (Apache Kafka may answer a fresh
-    client before a just-made topic's metadata is everywhere, and the consumer's own
-    cluster view holds only what its bootstrap saw); empty: no such topic."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        cluster = await consumer._client.fetch_all_metadata()
-        found: set[int] | None = cluster.partitions_for_topic(topic)
-        if found or time.monotonic() > deadline:
-            return set(found or ())
-        await asyncio.sleep(0.2)
 
 
 # --------------------------------------------------------------------------- targets

@@ -8,8 +8,12 @@ every ~2 s while a broker is away, so each retry left one more of them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from typing import Protocol, TypeVar
+
+from aiokafka import AIOKafkaConsumer
 
 
 class _Client(Protocol):
@@ -38,3 +42,23 @@ async def close_quietly(client: object) -> None:
         return
     with contextlib.suppress(Exception):
         await end()
+
+
+async def partitions_of(
+    consumer: AIOKafkaConsumer, topic: str, patience_s: float = 0.0
+) -> set[int]:
+    """The partitions of ``topic`` from a full metadata fetch, asked again for
+    ``patience_s`` while the broker does not list it (Apache Kafka may answer a fresh
+    client before a just-made topic's metadata is everywhere); empty: no such topic.
+
+    Not ``consumer.partitions_for_topic``: that reads the consumer's own cluster view,
+    which holds only the topics it subscribed to or was assigned (Apache Kafka answers
+    the bootstrap's metadata request with no topic; Tansu with all of them), and
+    ``consumer.topics()`` fetches a view it does not keep."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        cluster = await consumer._client.fetch_all_metadata()
+        found: set[int] | None = cluster.partitions_for_topic(topic)
+        if found or time.monotonic() > deadline:
+            return set(found or ())
+        await asyncio.sleep(0.2)
