@@ -79,6 +79,7 @@ from processors import MemoryConfig
 from schemas import Codec, DerivedEvent, MemoryCreated, MemoryEmbedded
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
+from sinks.clients import partitions_of
 from sinks.derivations import Derivation, Derivations
 from sinks.embedding import Embedder
 from sinks.vectors import VectorIndex
@@ -769,12 +770,8 @@ async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int,
     )
     await consumer.start()
     try:
-        found = consumer.partitions_for_topic(topic) or set()
-        if not found:
-            await consumer.topics()
-            found = consumer.partitions_for_topic(topic) or set()
         out: dict[int, int] = {}
-        for partition in sorted(found):
+        for partition in sorted(await partitions_of(consumer, topic)):
             offset = await consumer.committed(TopicPartition(topic, partition))
             if offset is not None:
                 out[partition] = offset

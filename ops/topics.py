@@ -14,6 +14,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import IncompatibleBrokerVersion
 
 from schemas.sealed import SealingCodec
+from sinks.clients import partitions_of
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,7 @@ async def read_to_end(
     )
     await consumer.start()
     try:
-        await consumer.topics()
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         read = 0

@@ -10,11 +10,12 @@ import asyncio
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from engram.letters import Opener, read_dead_letters
 from engram.status import REASON_HEADER, dead_letters, partition_bounds
-from ops.topics import TopicSpec, ensure_topics
+from ops.reprocess import committed_offsets
+from ops.topics import TopicSpec, ensure_topics, read_to_end
 
 pytestmark = pytest.mark.integration
 
@@ -54,5 +55,38 @@ def test_status_and_dead_letters_read_every_partition(broker: str) -> None:
             await read_dead_letters(broker, "engram.test.no-such-topic", Opener(None, None)) == []
         )
         assert (await dead_letters(broker, "engram.test.no-such-topic")).count == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_whole_read_and_a_groups_commits_see_every_partition(broker: str) -> None:
+    """``read_to_end`` (reprocess checks, tests) and ``committed_offsets`` (which dead
+    letters a reprocess writes again): on Apache Kafka both found no partition."""
+
+    async def scenario() -> None:
+        topic = await letters_topic(broker, [f"r{n}" for n in range(5)])
+        records: list[object] = []
+        assert await read_to_end(broker, topic, records.extend) == 5 == len(records)
+        group = f"engram-test-{uuid.uuid4().hex[:8]}"
+        assert await committed_offsets(broker, group, topic) == {}
+        member = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=broker,
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await member.start()
+        try:
+            seen = 0
+            for _ in range(100):
+                batch = await member.getmany(timeout_ms=500)
+                seen += sum(len(rs) for rs in batch.values())
+                if seen == 5:
+                    break
+            await member.commit()
+        finally:
+            await member.stop()
+        assert await committed_offsets(broker, group, topic) == {0: 2, 1: 2, 2: 1}
 
     asyncio.run(scenario())
