@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_WORKERS ?= 3
-PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --durations=15
+PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 .PHONY: demo test test-kafka test-crash lint bench clean
 
@@ -22,8 +22,10 @@ demo: $(STAMP)
 ## then the integration tests again on Apache Kafka. Three pytest workers (PYTEST_WORKERS)
 ## on two cores, each test file on one of them: most integration tests wait on
 ## subprocesses (the integration and end-to-end tests took 420 s on three workers and
-## about 530 s on two). Each pass ends with its 15 slowest tests, so a slow CI machine
-## shows where the time goes.
+## about 530 s on two). The files go out longest first, by the seconds their tests took
+## in the runs before (tests/conftest.py, LongestFilesFirst; xdist's own order, by number
+## of tests, left the slow files of one or two tests for last). Each pass ends with its
+## 15 slowest tests, so a slow CI machine shows where the time goes.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     reason = available() if kind == "kafka" else None
     if reason is not None:
         raise pytest.UsageError(f"ENGRAM_TEST_BROKER=kafka, but {reason}")
+    config.pluginmanager.register(LongestFilesFirst(config), "engram-longest-files-first")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects
@@ -47,6 +48,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "broker" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.broker)
+
+
+TEST_SECONDS = "engram/test-seconds/"
+"""Cache key (plus the broker's kind) of the seconds each test took (setup, call and
+teardown) when it last ran: the order :class:`LongestFilesFirst` hands files out in."""
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+class LongestFilesFirst:
+    """Orders the test files as the workers should take them (``make test`` runs
+    ``--dist loadfile --no-loadscope-reorder``): the longest first, so that a run does
+    not end with one worker on a long file while the other idles (xdist's own order, by
+    number of tests, handed out the slow files of one or two tests last). A file's
+    length is the sum of the seconds its selected tests took when they last ran on this
+    broker (pytest's cache, written by the process that saw the reports: the controller
+    under xdist). A file none of whose tests ran before comes first if it runs
+    components (integration, e2e: tens of seconds), last if it is a unit test file
+    (short ones fill the end). Tests keep their order in a file."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.key = TEST_SECONDS + broker_kind()
+        self.cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+        self.known: dict[str, float] = self.cache.get(self.key, {}) if self.cache else {}
+        self.seconds: dict[str, float] = {}
+
+    @pytest.hookimpl(trylast=True)  # after ``-m`` deselected: the order of what runs
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        measured: dict[str, float] = {}
+        for item in items:
+            if item.nodeid in self.known:
+                path = file_of(item.nodeid)
+                measured[path] = measured.get(path, 0.0) + self.known[item.nodeid]
+
+        def weight(path: str) -> tuple[int, float]:
+            if path in measured:
+                return 1, -measured[path]
+            return (2, 0.0) if path.startswith("tests/unit/") else (0, 0.0)
+
+        files = dict.fromkeys(file_of(item.nodeid) for item in items)
+        rank = {path: (weight(path), i) for i, path in enumerate(files)}
+        items.sort(key=lambda item: rank[file_of(item.nodeid)])
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.cache is None or not self.seconds or hasattr(session.config, "workerinput"):
+            return
+        ran = {nodeid: round(s, 2) for nodeid, s in self.seconds.items()}
+        self.cache.set(self.key, self.cache.get(self.key, {}) | ran)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
