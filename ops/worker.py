@@ -67,9 +67,15 @@ def worker_keys(settings: Settings, bootstrap: str) -> tuple[WorkerKeys, Sealing
     return WorkerKeys(ring), SealingCodec(ring, max_bytes=settings.max_event_bytes)
 
 
+SHUTDOWN_SETTLE_S = 1.0
+"""How long a stopped worker waits for the tasks it cancelled to end before it closes
+its loop (they end within a few iterations of it)."""
+
+
 class StackWorker(Worker):
     """mode's worker, whose SIGUSR1 also logs the consumer's state per partition
-    (after mode's own dump of every task's stack)."""
+    (after mode's own dump of every task's stack), and whose loop closes as soon as the
+    tasks left once the app has stopped are cancelled and ended."""
 
     def _on_sigusr1(self) -> None:
         super()._on_sigusr1()
@@ -77,6 +83,26 @@ class StackWorker(Worker):
             if isinstance(app, faust.App):
                 log_consumer_state(app)
         log_awaits()
+
+    def _gather_all(self) -> None:
+        """Cancel the tasks left on the loop once the app has stopped, and wait until
+        they have ended (at most :data:`SHUTDOWN_SETTLE_S`). mode waits a second for
+        them to end by themselves first, but those left are aiokafka's background
+        routines (metadata, fetch and send loops, connection readers), which end only
+        when cancelled: each stop waited the whole second, then mode's sentinel one more
+        (see :meth:`_sentinel_task`), in the stack and again in its ingest process."""
+        left = list(asyncio.all_tasks(loop=self.loop))
+        for task in left:
+            task.cancel()
+        if left:
+            ended = asyncio.wait(left, timeout=SHUTDOWN_SETTLE_S)
+            self.loop.run_until_complete(ended)
+
+    async def _sentinel_task(self) -> None:
+        """What the loop runs last before it closes (mode sleeps a second): a few of
+        its iterations, for the callbacks the cancelled tasks scheduled as they ended."""
+        for _ in range(10):
+            await asyncio.sleep(0)
 
 
 GC_THRESHOLDS = (50_000, 20, 100)
