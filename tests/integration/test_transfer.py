@@ -84,12 +84,24 @@ def elsewhere(tmp_path: Path) -> Iterator[Stack]:
             assert there.stop() == 0
 
 
+@pytest.fixture(scope="module")
+def there(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Another deployment shared by the tests of the module that only import into it:
+    each moves agents of its own (their names carry a random tag), and none publishes
+    a tick there (a tick joins the log of every agent it meets; the test that ticks
+    has a deployment of its own)."""
+    with elsewhere(tmp_path_factory.mktemp("transfer-elsewhere")) as stack:
+        yield stack
+
+
 def changes(stack: Stack, agent: str) -> list[tuple[Any, ...]]:
     return stack.rows(CHANGES, a=agent)
 
 
 @pytest.mark.parametrize("fmt", ["avro", "jsonl"])
-def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, fmt: str) -> None:
+def test_an_exported_agent_folds_alike_elsewhere(
+    stack: Stack, there: Stack, tmp_path: Path, fmt: str
+) -> None:
     agent = f"mover-{uuid.uuid4().hex[:8]}"
     events = history(agent)
     with Memory(bootstrap=stack.bootstrap) as memory:
@@ -109,24 +121,23 @@ def test_an_exported_agent_folds_alike_elsewhere(stack: Stack, tmp_path: Path, f
     again = cli(stack, "export", agent, "-o", str(path))
     assert again.returncode == 2 and "--force" in again.stderr
 
-    with elsewhere(tmp_path) as there:
-        done = cli(there, "import", str(path))
-        assert done.returncode == 0, done.stderr
-        assert f"imported {len(events)} events of {agent}" in done.stdout
-        moved = wait_until(
-            lambda: (rows := changes(there, agent)) and len(rows) == len(source) and rows,
-            60,
-            "the same memory changes elsewhere",
-        )
-        assert moved == source  # same ids, bodies, sequence: the same memory
-        assert cli(there, "import", str(path)).returncode == 0  # twice: nothing new
-        with Memory(http=stack.http) as here_m, Memory(http=there.http) as there_m:
-            # the same memory; how many events each road folded after its latest
-            # checkpoint is the road's, not the memory's (states are saved when due)
-            fold_free = {"position": {"events_folded"}}
-            here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
-            assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
-        assert changes(there, agent) == source
+    done = cli(there, "import", str(path))
+    assert done.returncode == 0, done.stderr
+    assert f"imported {len(events)} events of {agent}" in done.stdout
+    moved = wait_until(
+        lambda: (rows := changes(there, agent)) and len(rows) == len(source) and rows,
+        60,
+        "the same memory changes elsewhere",
+    )
+    assert moved == source  # same ids, bodies, sequence: the same memory
+    assert cli(there, "import", str(path)).returncode == 0  # twice: nothing new
+    with Memory(http=stack.http) as here_m, Memory(http=there.http) as there_m:
+        # the same memory; how many events each road folded after its latest
+        # checkpoint is the road's, not the memory's (states are saved when due)
+        fold_free = {"position": {"events_folded"}}
+        here_s, there_s = here_m.snapshot(agent), there_m.snapshot(agent)
+        assert here_s.model_dump(exclude=fold_free) == there_s.model_dump(exclude=fold_free)
+    assert changes(there, agent) == source
 
 
 def test_importing_again_after_the_clock_ticked_sends_nothing(stack: Stack, tmp_path: Path) -> None:
@@ -190,7 +201,9 @@ def facts(memory: Memory, agent: str) -> list[tuple[str, str, str]]:
     return sorted((f["namespace"], f["key"], f["value"]) for f in memory.snapshot(agent).facts)
 
 
-def test_an_erasure_a_rollback_and_a_fork_move_alike(stack: Stack, tmp_path: Path) -> None:
+def test_an_erasure_a_rollback_and_a_fork_move_alike(
+    stack: Stack, there: Stack, tmp_path: Path
+) -> None:
     """An erased subject's events leave gaps in the source's numbering, which the
     importing side does not have: the rollback's and the fork's positions are
     translated, the erasure's per-agent copy stays home, a fork waits for its source,
@@ -238,26 +251,25 @@ def test_an_erasure_a_rollback_and_a_fork_move_alike(stack: Stack, tmp_path: Pat
     assert "subject.erasure_requested" not in exported
     assert '"to_seq":0' in exported  # seq 1 at home is the export's first event
 
-    with elsewhere(tmp_path) as there:
-        early = cli(there, "import", str(y_file))
-        assert early.returncode == 1
-        assert f"begins as a fork of {x!r}, which this deployment does not have" in early.stderr
-        assert cli(there, "import", str(x_file)).returncode == 0
-        assert there.scalar(count, a=x) == 3  # import waits until the history holds them
-        assert cli(there, "import", str(y_file)).returncode == 0
-        assert there.scalar(count, a=y) == 2
-        with Memory(http=there.http) as remote:
-            moved = wait_until(
-                lambda: (now := {a: facts(remote, a) for a in (x, y)}) == source and now,
-                60,
-                "the same facts elsewhere",
-            )
-        assert moved == source
-        again = cli(there, "import", str(x_file))
-        assert again.returncode == 0, again.stderr
-        assert f"imported 0 events of {x}" in again.stdout
-        assert f"{x}: the first 3 events of the file were here already" in again.stdout
-        assert there.scalar(count, a=x) == 3
+    early = cli(there, "import", str(y_file))
+    assert early.returncode == 1
+    assert f"begins as a fork of {x!r}, which this deployment does not have" in early.stderr
+    assert cli(there, "import", str(x_file)).returncode == 0
+    assert there.scalar(count, a=x) == 3  # import waits until the history holds them
+    assert cli(there, "import", str(y_file)).returncode == 0
+    assert there.scalar(count, a=y) == 2
+    with Memory(http=there.http) as remote:
+        moved = wait_until(
+            lambda: (now := {a: facts(remote, a) for a in (x, y)}) == source and now,
+            60,
+            "the same facts elsewhere",
+        )
+    assert moved == source
+    again = cli(there, "import", str(x_file))
+    assert again.returncode == 0, again.stderr
+    assert f"imported 0 events of {x}" in again.stdout
+    assert f"{x}: the first 3 events of the file were here already" in again.stdout
+    assert there.scalar(count, a=x) == 3
 
 
 def test_bad_input_is_refused_with_a_message_not_a_traceback(stack: Stack, tmp_path: Path) -> None:
