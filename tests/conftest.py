@@ -68,7 +68,8 @@ class LongestFilesFirst:
     broker (pytest's cache, written by the process that saw the reports: the controller
     under xdist). A file none of whose tests ran before comes first if it runs
     components (integration, e2e: tens of seconds), last if it is a unit test file
-    (short ones fill the end). Tests keep their order in a file."""
+    (short ones fill the end). Tests keep their order in a file; without xdist, so do
+    the files."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.key = TEST_SECONDS + broker_kind()
@@ -77,7 +78,11 @@ class LongestFilesFirst:
         self.seconds: dict[str, float] = {}
 
     @pytest.hookimpl(trylast=True)  # after ``-m`` deselected: the order of what runs
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if not hasattr(config, "workerinput"):  # one process: the files in their order
+            return
         measured: dict[str, float] = {}
         for item in items:
             if item.nodeid in self.known:
