@@ -58,16 +58,33 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import numpy as np
 import qdrant_edge as qe
-from qdrant_client import QdrantClient
-from qdrant_client import models as qm
 
 from sinks.edge_process import ShardProcess
 from sinks.edge_shard import DENSE, SPARSE, ShardWriter, WirePoint, check_dims
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+else:
+
+    class _Models(ModuleType):
+        """``qdrant_client.models``, imported when first used: only a
+        :class:`ClientIndex` needs qdrant-client, which takes over a second to import,
+        and ``engram up`` on Qdrant Edge (the default) and the commands that open its
+        index never use one."""
+
+        def __getattr__(self, name: str) -> Any:
+            from qdrant_client import models
+
+            return getattr(models, name)
+
+    qm = _Models("qdrant_client.models")
 
 ALIAS = "memories"
 POINTER = "live.json"
@@ -1271,6 +1288,8 @@ def open_index(url: str, *, api_key: str | None = None, name: str = ALIAS) -> Ve
     root for Edge.
     """
     parts = urlsplit(url)
+    if parts.scheme in ("http", "https", "local"):
+        from qdrant_client import QdrantClient
     if parts.scheme in ("http", "https") and parts.netloc:
         return ClientIndex(QdrantClient(url=url, api_key=api_key), name=name)
     if parts.scheme in ("edge", "local") and not parts.netloc and parts.path.startswith("/"):
