@@ -33,9 +33,9 @@ from processors import MemoryConfig
 from processors.consolidation import Consolidation, ConsolidationState
 from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention_of
 from processors.persona import PersonaVersion, SkillRecord
-from processors.rebase import in_memory, undone_spans
+from processors.rebase import in_memory, renamed_id, undone_spans
 from processors.working import SUMMARY_ROLE, SessionState
-from schemas import EpisodeBody, FactSetBody, Turn, WorkingBody
+from schemas import EpisodeBody, FactSetBody, ForkedChangeBody, Turn, WorkingBody
 
 
 def http_client(url: str) -> Client:
@@ -128,7 +128,8 @@ WHERE {_AS_OF}
          OR (memory_id != '' AND type IN ('memory.created', 'memory.reinforced', 'memory.weakened',
                                           'memory.promoted', 'memory.forgotten')
              AND NOT arrayExists(s -> seq > s.1 AND seq <= s.2,
-                                 {{x:Array(Tuple(UInt64, UInt64))}})))
+                                 {{x:Array(Tuple(UInt64, UInt64))}})
+             AND NOT (seq = {{f:Int64}} AND type IN ('memory.reinforced', 'memory.weakened'))))
 GROUP BY kind, item
 HAVING kind != '' OR live OR ended_at != ''"""
 """In one pass, grouped by what a change is about (``item``; :func:`_items` reads the
@@ -146,8 +147,10 @@ rows):
   its creation before the stretch, with the reinforcements and lapses it had then, as replay
   restores it (the rollback's ``memory.created`` and ``memory.reinforced`` would date
   it and its last reinforcement at the rollback, and count one reinforcement for
-  all). An episode's ``episode.closed`` is grouped with the memory of
-  the episode (``item``: the episode's id), so every episode closed by T comes with its
+  all). Nor the strength changes of the fork at sequence ``f`` (-1: none), which set
+  each memory it copied to its source's trace (:func:`_forked` takes that trace from
+  the source's history instead). An episode's ``episode.closed`` is grouped with the
+  memory of the episode (``item``: the episode's id), so every episode closed by T comes with its
   end and its record (``doc``);
 * the latest ``fact.set`` of every key (``item``: namespace and key; a null value:
   retracted), every skill's latest record (``item``: its name) and the persona version
@@ -202,18 +205,21 @@ WHERE {_AS_OF}"""
 sequence and type of those that were a ``session.started`` or a ``working.set``."""
 
 _ROLLBACKS = f"""
-SELECT groupArray(tuple(seq, JSONExtractUInt(body, 'to_seq'))) AS rollbacks
+SELECT groupArrayIf(tuple(seq, JSONExtractUInt(body, 'to_seq')), type = 'agent.rolled_back')
+           AS rollbacks,
+       groupArrayIf(tuple(seq, body), type = 'agent.forked') AS forks
 FROM memory_changes
-WHERE {_AS_OF} AND type = 'agent.rolled_back'"""
+WHERE {_AS_OF} AND type IN ('agent.rolled_back', 'agent.forked')"""
 """Every rollback the agent's fold applied by T: ``(seq, to_seq)``, for
-:func:`processors.rebase.undone_spans`."""
+:func:`processors.rebase.undone_spans`; and the fork it began with, if it did:
+``(seq, body)`` of its ``agent.forked`` (the same row more than once, or none)."""
 
 ITEMS_SQL = f"SELECT groupArray(tuple(*)) AS items FROM ({_ITEMS})"
 """:data:`_ITEMS` alone, as one row: what :func:`history_snapshot` asks again, on the
-memories' path, of an agent with rollbacks by T."""
+memories' path, of an agent with rollbacks by T or that began as a fork."""
 
 SNAPSHOT_SQL = f"""
-SELECT position, items, working, rollbacks
+SELECT position, items, working, rollbacks, forks
 FROM ({_POSITION}) AS p
 CROSS JOIN ({ITEMS_SQL}) AS i
 CROSS JOIN (SELECT groupArray(tuple(*)) AS working FROM ({_WORKING})) AS w
@@ -231,11 +237,12 @@ either: the read-only endpoint of ``engram up`` refuses a query that changes one
 * ``items``: :data:`_ITEMS` (memories, episodes, facts, skills, persona);
   ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
   sorted here);
-* ``rollbacks``: :data:`_ROLLBACKS`, what takes the episodes a rollback undid off the
-  episode list, and the changes a rollback undid or made off the memories' path: the
-  query runs with no spans (``x`` empty) and, for an agent with a rollback by T, its
-  items part runs again with them (:data:`ITEMS_SQL`; the agents without one, nearly
-  all, pay no second round trip).
+* ``rollbacks``, ``forks``: :data:`_ROLLBACKS`, what takes the episodes a rollback
+  undid off the episode list, and the changes a rollback undid or made off the
+  memories' path: the query runs with no spans (``x`` empty) and no fork (``f`` -1)
+  and, for an agent with a rollback by T or that began as a fork, its items part runs
+  again with them (:data:`ITEMS_SQL`), and a fork's source is read as of the fork
+  (:func:`_forked`); the agents with neither, nearly all, pay no second round trip.
 
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
 time of the event that made them, so for a log whose event times never go back these
@@ -309,18 +316,16 @@ def history_snapshot(
         raise ValueError("episodes must be 0 or more")
     config = config or MemoryConfig()
     at = as_of.astimezone(UTC)
-    where: dict[str, Any] = {"a": agent_id, "t": at, "x": []}
-    [(found, item_rows, working_rows, rollbacks)] = _rows(client, SNAPSHOT_SQL, where)
+    where: dict[str, Any] = {"a": agent_id, "t": at, "x": [], "f": -1}
+    [(found, item_rows, working_rows, rollbacks, forks)] = _rows(client, SNAPSHOT_SQL, where)
     count, seq, last_at, opening = found
     if not count:
         raise UnknownAgent(
             f"no events of agent {agent_id!r} in the history at or before {at.isoformat()}"
         )
     spans = undone_spans(rollbacks)
-    if spans:  # the memories on their path: see _ITEMS
-        [(item_rows,)] = _rows(client, ITEMS_SQL, where | {"x": spans})
+    memory_rows, docs = _memory_rows(client, agent_id, at, item_rows, spans, forks)
     position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
-    memory_rows, docs = _items(item_rows)
     items = [_memory_of(row, at, config) for row in memory_rows]
     counts = {"L2": 0, "L3": 0}
     for item in items:
@@ -352,10 +357,80 @@ def history_snapshot(
     )
 
 
+MEMORIES_SQL = f"""
+SELECT items, rollbacks, forks
+FROM ({ITEMS_SQL}) AS i
+CROSS JOIN ({_ROLLBACKS}) AS r"""
+"""The items part and the rollbacks of :data:`SNAPSHOT_SQL` alone: what
+:func:`_forked` asks of a fork's source as of the fork."""
+
+
+def _memory_rows(
+    client: Client,
+    agent_id: str,
+    at: datetime,
+    item_rows: Sequence[Sequence[Any]],
+    spans: list[tuple[int, int]],
+    forks: Sequence[Sequence[Any]],
+) -> tuple[list[tuple[Any, ...]], dict[str, list[tuple[Any, ...]]]]:
+    """:func:`_items` of the agent's memories as of ``at`` on their path (:data:`_ITEMS`):
+    ``item_rows`` as the query without spans nor fork answered them, asked again with
+    ``spans`` (the stretches its rollbacks undid) and its fork's sequence when it has
+    either, and the memories a fork copied given their source's trace (:func:`_forked`)."""
+    fork = min(((int(seq), str(body)) for seq, body in forks), default=None)
+    if spans or fork is not None:  # the memories on their path: see _ITEMS
+        where = {"a": agent_id, "t": at, "x": spans, "f": -1 if fork is None else fork[0]}
+        [(item_rows,)] = _rows(client, ITEMS_SQL, where)
+    memory_rows, docs = _items(item_rows)
+    if fork is not None:
+        memory_rows = _forked(
+            client, agent_id, memory_rows, ForkedChangeBody.model_validate_json(fork[1])
+        )
+    return memory_rows, docs
+
+
+def _forked(
+    client: Client, agent_id: str, rows: list[tuple[Any, ...]], fork: ForkedChangeBody
+) -> list[tuple[Any, ...]]:
+    """``rows`` (:func:`_items`' memories of an agent that began as ``fork``) with the
+    memories the fork copied read on from their source's trace, as replay folds them:
+    the fork's ``memory.created`` and strength change date a copy at the fork and count
+    one reinforcement for its whole trace; the copy is the source's memory as of the
+    fork's moment (the source's history read as this road reads it, its own rollbacks
+    and fork included), then this agent's changes since (the fork's strength changes
+    left out, :data:`_ITEMS`): dated as the source dated it, reinforced and weakened
+    by both, its strength the latest. The source is read with the changes that
+    occurred by the fork's moment, what the fork folded for a source whose event times
+    never go back (late events: see :func:`history_snapshot`)."""
+    where = {"a": fork.source_agent_id, "t": fork.at, "x": [], "f": -1}
+    [(item_rows, rollbacks, forks)] = _rows(client, MEMORIES_SQL, where)
+    source_rows, _ = _memory_rows(
+        client, fork.source_agent_id, fork.at, item_rows, undone_spans(rollbacks), forks
+    )
+    copied = {renamed_id(agent_id, row[0]): row for row in source_rows}
+    out = []
+    for row in rows:
+        source = copied.get(row[0])
+        if source is None:  # a memory of its own
+            out.append(row)
+            continue
+        (memory_id, created, user_id, _change_at, strength, reinforced, review, reinforcements,
+         lapses, invalidated, promoted, _ended_at) = row  # fmt: skip
+        own = bool(reinforcements or lapses)  # a strength change since the fork
+        out.append((
+            memory_id, created, user_id, source[3], strength if own else source[4],
+            max(reinforced, source[5]) if reinforcements else source[5],
+            max(review, source[6]) if own else source[6],
+            reinforcements + source[7], lapses + source[8],
+            invalidated or source[9], promoted or source[10], source[11],
+        ))  # fmt: skip
+    return out
+
+
 def undone(client: Client, agent_id: str, as_of: datetime | None) -> list[tuple[int, int]]:
     """The stretches of the agent's log its rollbacks by ``as_of`` (None: all) undid
     (:func:`processors.rebase.undone_spans`): their episodes are not the memory's."""
-    [(rollbacks,)] = _rows(client, _ROLLBACKS, {"a": agent_id, "t": as_of or _END_OF_TIME})
+    [(rollbacks, _forks)] = _rows(client, _ROLLBACKS, {"a": agent_id, "t": as_of or _END_OF_TIME})
     return undone_spans(rollbacks)
 
 
