@@ -16,6 +16,7 @@ from engram import Memory, make_event
 from engram.results import Snapshot
 from ops.bench.timetravel import comparable
 from processors.episodes import memory_id_of
+from processors.rebase import renamed_id
 from schemas import Event
 from tests.support import Stack, engram_cmd, wait_until
 
@@ -229,20 +230,6 @@ def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack:
         {"memory_id": paris, "useful": False, "correction": "not the Louvre"})  # fmt: skip
     recall(T0 + timedelta(days=5), paris, kyoto)
 
-    def agree(memory: Memory, at: datetime) -> dict[str, Any]:
-        """Both roads' memories as of ``at``, which must be the same; by memory id."""
-        replayed = comparable(memory.snapshot(agent, as_of=at))
-        queried = comparable(memory.history(agent, as_of=at))
-        for part in ("memories", "episodes", "working", "position"):
-            assert replayed[part] == queried[part], (part, at.isoformat())
-        one = {m["memory_id"]: m for m in replayed["memory_items"]}
-        two = {m["memory_id"]: m for m in queried["memory_items"]}
-        assert one.keys() == two.keys(), (at.isoformat(), one.keys() ^ two.keys())
-        for memory_id, item in one.items():
-            wrong = {k: (v, two[memory_id][k]) for k, v in item.items() if two[memory_id][k] != v}
-            assert not wrong, f"{memory_id} as of {at.isoformat()}, (replay, history): {wrong}"
-        return one
-
     def view(memory_id: str) -> tuple[Any, ...]:
         return stack.rows(
             "SELECT forgotten, reinforcements, layer FROM memories"
@@ -254,7 +241,7 @@ def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack:
         wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events), 60, "the archive")
         before = [T0 + timedelta(hours=2), t1, T0 + timedelta(days=3, hours=3), t2,
                   T0 + timedelta(days=6)]  # fmt: skip
-        at_t2 = agree(memory, t2)[paris]
+        at_t2 = agree(memory, agent, t2)[paris]
         assert (at_t2["reinforcements"], at_t2["lapses"]) == (1, 1)
 
         for to in (t1, t2):
@@ -272,15 +259,120 @@ def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack:
         wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events) + 2, 60, "the recall")
 
         for at in [*before, first, second - timedelta(milliseconds=1)]:
-            agree(memory, at)
-        assert paris not in agree(memory, first)
-        restored = agree(memory, second)[paris]
+            agree(memory, agent, at)
+        assert paris not in agree(memory, agent, first)
+        restored = agree(memory, agent, second)[paris]
         assert restored == at_t2 | {"retention": restored["retention"]}
-        now = agree(memory, datetime.now(UTC))
+        now = agree(memory, agent, datetime.now(UTC))
         assert (now[paris]["reinforcements"], now[paris]["lapses"]) == (2, 1)
         assert now[kyoto]["reinforcements"] == 1  # the first rollback undid one
         assert view(paris) == (False, 2, "L2")
         assert view(kyoto) == (False, 1, "L2")
+
+
+def test_a_fork_agrees_on_both_roads_with_the_trace_of_its_source(stack: Stack) -> None:
+    """A fork at T copies its source's memories as they were at T, traces and all: at
+    every moment after the fork, the two roads of time travel give the fork the
+    source's creation times, last reinforcements, reinforcements, lapses and strengths
+    (not the fork's time and one reinforcement for each copied trace, as the fork's
+    catch-up changes would say), then the fork's own reinforcements on top; and so for
+    a fork of the fork."""
+    agent = f"fk-{uuid.uuid4().hex[:8]}"
+    fork, again = f"{agent}-b", f"{agent}-c"
+    t = T0 + timedelta(days=4)
+    events: list[Event] = []
+
+    def add(kind: str, at: datetime, body: dict[str, Any], session: str | None = None,
+            who: str = agent) -> Event:  # fmt: skip
+        event = make_event(kind, agent_id=who, session_id=session, user_id="mei",
+                           occurred_at=at, body=body)  # fmt: skip
+        events.append(event)
+        return event
+
+    def remembered(sid: str, start: datetime, line: str) -> str:
+        add("session.started", start, {"task": "plan a trip"}, sid)
+        body = {"role": "user", "content": line, "importance": 8.5}
+        turn = add("interaction.recorded", start + timedelta(minutes=1), body, sid)
+        add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
+        return memory_id_of("turn", agent, str(turn.event_id))
+
+    def recall(at: datetime, *memory_ids: str, who: str = agent) -> Event:
+        body = {"query": "the trip", "memory_ids": [*memory_ids], "scores": [0.5] * len(memory_ids)}
+        return add("memory.recalled", at, body, who=who)
+
+    kyoto = remembered("s1", T0, "I want to see Kyoto in April for the cherry blossoms.")
+    recall(T0 + timedelta(hours=1), kyoto)
+    recall(T0 + timedelta(days=1), kyoto)
+    paris = remembered("s2", T0 + timedelta(days=3), "Now plan Paris and the Louvre instead.")
+    recall(T0 + timedelta(days=3, hours=1), paris)
+    add("feedback.given", T0 + timedelta(days=3, hours=2),
+        {"memory_id": paris, "useful": False, "correction": "not the Louvre"})  # fmt: skip
+    recall(T0 + timedelta(days=5), paris, kyoto)  # after T: not the fork's
+
+    def fork_time(who: str) -> datetime:
+        return _aware(stack.scalar(
+            "SELECT occurred_at FROM memory_changes FINAL WHERE agent_id = {a:String}"
+            " AND type = 'agent.forked'", a=who))  # fmt: skip
+
+    with Memory(bootstrap=stack.bootstrap, http=stack.http) as memory:
+        memory.publish_many(events)
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(events), 60, "the archive")
+        source = agree(memory, agent, t)
+        assert (source[paris]["reinforcements"], source[paris]["lapses"]) == (1, 1)
+        assert source[kyoto]["reinforcements"] == 2
+
+        done = cli(stack, "fork", agent, "--as", fork, "--at", t.isoformat())
+        assert done.returncode == 0, done.stderr
+        forked_at = fork_time(fork)
+        copied = agree(memory, fork, forked_at)
+        assert copied.keys() == {renamed_id(fork, m) for m in source}
+        for old, item in source.items():  # the source's traces, retention at the fork's time
+            mine = copied[renamed_id(fork, old)]
+            same = {k: v for k, v in mine.items() if k not in ("memory_id", "retention")}
+            assert same == {k: v for k, v in item.items() if k in same}, old
+
+        # the fork's own reinforcement, on top of the copied trace
+        recalled = recall(datetime.now(UTC), renamed_id(fork, paris), who=fork)
+        memory.publish(recalled)
+        wait_until(lambda: stack.scalar(COUNT, a=fork) == 2, 60, "the fork's recall")
+        after = agree(memory, fork, datetime.now(UTC))[renamed_id(fork, paris)]
+        assert (after["reinforcements"], after["lapses"]) == (2, 1)
+        # the memories view: the source's creation time and reinforcement count
+        for old, count in ((kyoto, 2), (paris, 2)):
+            created, reinforcements = stack.rows(
+                "SELECT created_at, reinforcements FROM memories"
+                " WHERE agent_id = {a:String} AND memory_id = {m:String}",
+                a=fork, m=renamed_id(fork, old))[0]  # fmt: skip
+            assert (_aware(created), reinforcements) == (
+                datetime.fromisoformat(source[old]["created_at"]), count), old  # fmt: skip
+        moments = [forked_at + timedelta(milliseconds=1), _aware(recalled.occurred_at)]
+        for at in moments:
+            agree(memory, fork, at)
+
+        # a fork of the fork: the source's trace, the first fork's reinforcement
+        done = cli(stack, "fork", fork, "--as", again, "--at", datetime.now(UTC).isoformat())
+        assert done.returncode == 0, done.stderr
+        twice = agree(memory, again, datetime.now(UTC))[renamed_id(again, renamed_id(fork, paris))]
+        assert {k: v for k, v in twice.items() if k not in ("memory_id", "retention")} == {
+            k: v for k, v in after.items() if k not in ("memory_id", "retention")
+        }
+        agree(memory, again, fork_time(again))
+
+
+def agree(memory: Memory, agent: str, at: datetime) -> dict[str, Any]:
+    """Both roads' memories of ``agent`` as of ``at``, which must be the same, part for
+    part and field by field; by memory id."""
+    replayed = comparable(memory.snapshot(agent, as_of=at))
+    queried = comparable(memory.history(agent, as_of=at))
+    for part in ("memories", "episodes", "working", "position"):
+        assert replayed[part] == queried[part], (part, at.isoformat())
+    one = {m["memory_id"]: m for m in replayed["memory_items"]}
+    two = {m["memory_id"]: m for m in queried["memory_items"]}
+    assert one.keys() == two.keys(), (at.isoformat(), one.keys() ^ two.keys())
+    for memory_id, item in one.items():
+        wrong = {k: (v, two[memory_id][k]) for k, v in item.items() if two[memory_id][k] != v}
+        assert not wrong, f"{memory_id} as of {at.isoformat()}, (replay, history): {wrong}"
+    return one
 
 
 def _aware(moment: datetime) -> datetime:
