@@ -8,6 +8,7 @@ on a machine without Java >= 17 or Maven is a usage error, not a skip.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,15 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
-from tests.support import FAST_GROUP, Stack, broker_kind, start_stack, worth_explaining
+from tests.support import (
+    FAST_GROUP,
+    STARTED,
+    Stack,
+    broker_kind,
+    start_stack,
+    stop_left_running,
+    worth_explaining,
+)
 
 # CI runs the property tests on a fixed seed, so a run is repeatable; local runs explore.
 settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
@@ -110,6 +119,17 @@ class LongestFilesFirst:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"broker: {broker_kind()} (ENGRAM_TEST_BROKER)"
+
+
+@pytest.fixture(autouse=True)
+def no_stack_left_running() -> Iterator[None]:
+    """After each test, stop the stacks it started and left running (it failed before
+    its own stop; the stacks of wider fixtures were started before this snapshot)."""
+    started = len(STARTED)
+    yield
+    left = stop_left_running(started)
+    if left:
+        warnings.warn(f"stopped {len(left)} engram up left running by the test", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -129,11 +129,28 @@ FAST_GROUP = {"ENGRAM_SESSION_TIMEOUT_S": "6", "ENGRAM_REBALANCE_TIMEOUT_S": "2"
 worker is let in within seconds rather than faust's default minute."""
 
 
+STARTED: list[Stack] = []
+"""Every stack :func:`start_stack` started in this process, in order (see
+:func:`stop_left_running`)."""
+
+
 def start_stack(home: Path, timeout: float = 90.0, **extra_env: str) -> Stack:
     """Start ``engram up`` and wait until up.json exists and the API answers."""
     env = engram_env(home, **extra_env)
     process, up = launch(home, env, timeout)
-    return Stack(home, env, process, up)
+    STARTED.append(Stack(home, env, process, up))
+    return STARTED[-1]
+
+
+def stop_left_running(since: int, grace: float = 10.0) -> list[Stack]:
+    """Stop the stacks of :data:`STARTED` after its first ``since`` that still run (a
+    test that failed before it stopped what it started: the stack ran on, its broker
+    gone, through the rest of the session); SIGKILL after ``grace`` s. Returns them."""
+    left = [s for s in STARTED[since:] if s.process.poll() is None]
+    for stack in left:
+        stop(stack.process, grace=grace)
+    del STARTED[since:]
+    return left
 
 
 def open_letters(stack: Stack, values: list[bytes]) -> list[bytes | None]:
