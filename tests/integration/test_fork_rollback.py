@@ -189,6 +189,37 @@ def test_a_rollback_and_a_fork_to_t_agree_with_the_snapshot_as_of_t_over_late_ev
             assert now == then, who
 
 
+class Trip:
+    """The events of a trip-planning scenario for ``agent`` (user mei), in the order
+    they are made (:attr:`events`)."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.events: list[Event] = []
+
+    def add(self, kind: str, at: datetime, body: dict[str, Any], session: str | None = None,
+            who: str | None = None) -> Event:  # fmt: skip
+        """One event of ``who`` (the agent by default), appended to :attr:`events`."""
+        event = make_event(kind, agent_id=who or self.agent, session_id=session,
+                           user_id="mei", occurred_at=at, body=body)  # fmt: skip
+        self.events.append(event)
+        return event
+
+    def remembered(self, sid: str, start: datetime, line: str) -> str:
+        """A session with one important turn: the id of that turn's memory."""
+        self.add("session.started", start, {"task": "plan a trip"}, sid)
+        body = {"role": "user", "content": line, "importance": 8.5}
+        turn = self.add("interaction.recorded", start + timedelta(minutes=1), body, sid)
+        self.add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
+        return memory_id_of("turn", self.agent, str(turn.event_id))
+
+    def recall(self, at: datetime, *memory_ids: str, who: str | None = None) -> Event:
+        """``who`` (the agent by default) recalls ``memory_ids``."""
+        scores = [0.5] * len(memory_ids)
+        body = {"query": "the trip", "memory_ids": [*memory_ids], "scores": scores}
+        return self.add("memory.recalled", at, body, who=who)
+
+
 def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack: Stack) -> None:
     """Paris is remembered after T1; a rollback to T1 forgets it, and a second rollback,
     to T2 (after Paris was made), undoes the first and brings Paris back as it was at
@@ -198,29 +229,8 @@ def test_a_rollback_that_undoes_another_brings_back_what_the_first_forgot(stack:
     restored trace, and Kyoto with those the first rollback left it."""
     agent = f"rr-{uuid.uuid4().hex[:8]}"
     t1, t2 = T0 + timedelta(days=2), T0 + timedelta(days=4)
-    events: list[Event] = []
-
-    def add(kind: str, at: datetime, body: dict[str, Any], session: str | None = None) -> Event:
-        event = make_event(kind, agent_id=agent, session_id=session, user_id="mei",
-                           occurred_at=at, body=body)  # fmt: skip
-        events.append(event)
-        return event
-
-    def remembered(sid: str, start: datetime, line: str) -> str:
-        """A session with one important turn: the id of that turn's memory."""
-        add("session.started", start, {"task": "plan a trip"}, sid)
-        body = {"role": "user", "content": line, "importance": 8.5}
-        turn = add("interaction.recorded", start + timedelta(minutes=1), body, sid)
-        add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
-        return memory_id_of("turn", agent, str(turn.event_id))
-
-    def recall(at: datetime, *memory_ids: str) -> None:
-        scores = [0.5] * len(memory_ids)
-        add(
-            "memory.recalled",
-            at,
-            {"query": "the trip", "memory_ids": [*memory_ids], "scores": scores},
-        )
+    trip = Trip(agent)
+    events, add, remembered, recall = trip.events, trip.add, trip.remembered, trip.recall
 
     kyoto = remembered("s1", T0, "I want to see Kyoto in April for the cherry blossoms.")
     recall(T0 + timedelta(hours=1), kyoto)
@@ -280,25 +290,8 @@ def test_a_fork_agrees_on_both_roads_with_the_trace_of_its_source(stack: Stack) 
     agent = f"fk-{uuid.uuid4().hex[:8]}"
     fork, again = f"{agent}-b", f"{agent}-c"
     t = T0 + timedelta(days=4)
-    events: list[Event] = []
-
-    def add(kind: str, at: datetime, body: dict[str, Any], session: str | None = None,
-            who: str = agent) -> Event:  # fmt: skip
-        event = make_event(kind, agent_id=who, session_id=session, user_id="mei",
-                           occurred_at=at, body=body)  # fmt: skip
-        events.append(event)
-        return event
-
-    def remembered(sid: str, start: datetime, line: str) -> str:
-        add("session.started", start, {"task": "plan a trip"}, sid)
-        body = {"role": "user", "content": line, "importance": 8.5}
-        turn = add("interaction.recorded", start + timedelta(minutes=1), body, sid)
-        add("session.ended", start + timedelta(minutes=9), {"reason": "done"}, sid)
-        return memory_id_of("turn", agent, str(turn.event_id))
-
-    def recall(at: datetime, *memory_ids: str, who: str = agent) -> Event:
-        body = {"query": "the trip", "memory_ids": [*memory_ids], "scores": [0.5] * len(memory_ids)}
-        return add("memory.recalled", at, body, who=who)
+    trip = Trip(agent)
+    events, add, remembered, recall = trip.events, trip.add, trip.remembered, trip.recall
 
     kyoto = remembered("s1", T0, "I want to see Kyoto in April for the cherry blossoms.")
     recall(T0 + timedelta(hours=1), kyoto)
