@@ -105,9 +105,7 @@ async def read_dead_letters(
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        partitions = [
-            TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))
-        ]
+        partitions = await partitions_of(consumer, topic)
         if not partitions:
             return []
         starts = await consumer.beginning_offsets(partitions)

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from schemas import BadEvent, Codec, SubjectErasureRequested
 from sinks.clickhouse import ErasureReceipt
-from sinks.clients import partitions_of, started
+from sinks.clients import offset_probe, partitions_of, started
 
 STATUS_TIMEOUT_S = 20.0
 """The longest ``GET /v1/status`` waits for the broker's answers (``engram status``
@@ -103,27 +103,14 @@ class Status(BaseModel):
     erasures: Erasures = Erasures()
 
 
-async def offset_probe(bootstrap: str) -> AIOKafkaConsumer:
-    """A started consumer without a group or partitions (learn them with
-    :func:`~sinks.clients.partitions_of`): it fetches nothing, so its offset requests
-    are answered at once. A broker answers a connection's requests in order: on a
-    consumer that fetches (one subscribed to the topics), each waited behind a long
-    poll of ``fetch_max_wait_ms``, 500 ms."""
-    return await started(AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False))
-
-
 async def partition_bounds(
     bootstrap: str, topics: Sequence[str]
 ) -> tuple[list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, int]]:
     """Every partition of ``topics`` with its log start and end offsets, read by a
-    consumer without a group (see :func:`offset_probe`)."""
+    consumer without a group (see :func:`~sinks.clients.offset_probe`)."""
     probe = await offset_probe(bootstrap)
     try:
-        partitions = [
-            TopicPartition(topic, p)
-            for topic in topics
-            for p in sorted(await partitions_of(probe, topic))
-        ]
+        partitions = [tp for topic in topics for tp in await partitions_of(probe, topic)]
         if not partitions:
             return [], {}, {}
         starts = await probe.beginning_offsets(partitions)
@@ -187,9 +174,7 @@ async def dead_letters(bootstrap: str, topic: str) -> DeadLetters:
     """How many records the dead-letter topic holds, and the newest one's reason."""
     consumer = await offset_probe(bootstrap)
     try:
-        partitions = [
-            TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))
-        ]
+        partitions = await partitions_of(consumer, topic)
         if not partitions:
             return DeadLetters(topic=topic, count=0)
         ends = await consumer.end_offsets(partitions)

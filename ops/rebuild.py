@@ -100,7 +100,7 @@ from sinks.clickhouse import (
     record_row,
     version_table,
 )
-from sinks.clients import partitions_of, started
+from sinks.clients import offset_probe, partitions_of
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent, Unsealing
 from sinks.transcode import Transcoder, Unsupported, transcoder
@@ -276,13 +276,10 @@ class LogReader:
         )
         await consumer.start()
         self.consumer = consumer
-        self.probe = await started(
-            AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
-        )
-        found = await partitions_of(consumer, self.topic, TOPIC_PATIENCE_S)
-        if not found:
+        self.probe = await offset_probe(self.bootstrap)
+        self.partitions = await partitions_of(consumer, self.topic, TOPIC_PATIENCE_S)
+        if not self.partitions:
             raise LookupError(f"topic {self.topic!r} does not exist on {self.bootstrap}")
-        self.partitions = [TopicPartition(self.topic, p) for p in sorted(found)]
         consumer.assign(self.partitions)
         self.first = await consumer.beginning_offsets(self.partitions)
         await consumer.seek_to_beginning(*self.partitions)

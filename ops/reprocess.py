@@ -771,10 +771,10 @@ async def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int,
     await consumer.start()
     try:
         out: dict[int, int] = {}
-        for partition in sorted(await partitions_of(consumer, topic)):
-            offset = await consumer.committed(TopicPartition(topic, partition))
+        for tp in await partitions_of(consumer, topic):
+            offset = await consumer.committed(tp)
             if offset is not None:
-                out[partition] = offset
+                out[tp.partition] = offset
         return out
     finally:
         await consumer.stop()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import IncompatibleBrokerVersion
@@ -145,7 +145,7 @@ async def read_to_end(
     )
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(await partitions_of(consumer, topic))]
+        tps = await partitions_of(consumer, topic)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         read = 0

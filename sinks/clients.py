@@ -13,7 +13,7 @@ import contextlib
 import time
 from typing import Protocol, TypeVar
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 
 class _Client(Protocol):
@@ -44,10 +44,19 @@ async def close_quietly(client: object) -> None:
         await end()
 
 
+async def offset_probe(bootstrap: str) -> AIOKafkaConsumer:
+    """A started consumer without a group or partitions (learn them with
+    :func:`partitions_of`): it fetches nothing, so its offset requests are answered at
+    once. A broker answers a connection's requests in order: on a consumer that
+    fetches, each waited behind a long poll of ``fetch_max_wait_ms`` (500 ms) once
+    nothing new came."""
+    return await started(AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False))
+
+
 async def partitions_of(
     consumer: AIOKafkaConsumer, topic: str, patience_s: float = 0.0
-) -> set[int]:
-    """The partitions of ``topic`` from a full metadata fetch, asked again for
+) -> list[TopicPartition]:
+    """The partitions of ``topic``, in order, from a full metadata fetch, asked again for
     ``patience_s`` while the broker does not list it (Apache Kafka may answer a fresh
     client before a just-made topic's metadata is everywhere); empty: no such topic.
 
@@ -60,5 +69,5 @@ async def partitions_of(
         cluster = await consumer._client.fetch_all_metadata()
         found: set[int] | None = cluster.partitions_for_topic(topic)
         if found or time.monotonic() > deadline:
-            return set(found or ())
+            return [TopicPartition(topic, p) for p in sorted(found or ())]
         await asyncio.sleep(0.2)
