@@ -151,16 +151,26 @@ def seal_rates(payloads: list[tuple[bytes, bytes]]) -> tuple[float, float]:
     return sealing, len(events) / (time.perf_counter() - started)
 
 
-def wait_for(stack: BenchStack, n: int, timeout: float) -> float:
-    """Poll until ClickHouse holds ``n`` events and ``n`` memory changes; return the time."""
+def wait_for(
+    stack: BenchStack, n: int, timeout: float, timeline: list[list[float]] | None = None
+) -> float:
+    """Poll until ClickHouse holds ``n`` events and ``n`` memory changes; return the time.
+    ``timeline``, when given, gets one sample per poll: seconds since the call, the
+    events ClickHouse holds, the worker's CPU seconds since the call."""
     deadline = time.monotonic() + timeout
+    began, worker = time.perf_counter(), int(stack.up["pid"])
+    cpu_began = cpu_seconds(worker)
     # The count of a table is read from its parts' metadata; the changes' count by type
     # scans, and the poll shares the history's one thread with the fold's writes, so it
     # waits for the cheap count first.
     archived = "SELECT count() FROM events"
     changed = "SELECT count() FROM memory_changes WHERE type = 'working.updated'"
     while time.monotonic() < deadline:
-        if stack.count(archived) >= n and stack.count(changed) >= n:
+        held = stack.count(archived)
+        if timeline is not None:
+            at, cpu = time.perf_counter() - began, cpu_seconds(worker) - cpu_began
+            timeline.append([round(at, 2), held, round(cpu, 2)])
+        if held >= n and stack.count(changed) >= n:
             return time.perf_counter()
         time.sleep(0.25)
     raise TimeoutError(f"ClickHouse did not reach {n} events within {timeout:.0f}s")
@@ -179,7 +189,9 @@ def cpu_processes(stack: BenchStack) -> dict[str, int]:
     return processes
 
 
-def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, object]:
+def run(
+    n: int, agents: int, timeout: float, mode: str = "direct", timeline: bool = False
+) -> dict[str, object]:
     payloads = make_payloads(n, agents)
     avg_bytes = sum(len(v) for _, v in payloads) / n
     topic, env = mode_of(mode)
@@ -191,7 +203,8 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         started = time.perf_counter()
         publish_s = asyncio.run(publish(bootstrap, payloads, topic))
-        done = wait_for(stack, n, timeout)
+        samples: list[list[float]] | None = [] if timeline else None
+        done = wait_for(stack, n, timeout, samples)
         elapsed = done - started
         cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
         load = os.getloadavg()[0]  # beside the figures: the machine is shared
@@ -230,6 +243,7 @@ def run(n: int, agents: int, timeout: float, mode: str = "direct") -> dict[str, 
         "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
         "rows_in_clickhouse": final,
         "machine": machine(),
+        **({"timeline": samples} if samples is not None else {}),
     }
 
 
@@ -256,13 +270,21 @@ def main() -> None:
         " :KEY=VALUE settings of the stack, e.g. direct:ENGRAM_EMBED_PROCESS=off",
     )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the modes, alternated")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="add each run's polls after the publish: [seconds, events in ClickHouse,"
+        " worker CPU seconds], to see where in the run the time goes",
+    )
     args = parser.parse_args()
     if args.modes:
         modes = args.modes.split(",")
     else:
         modes = {True: ["sealed"], False: ["clear"], None: ["sealed", "clear"]}[args.seal]
     runs = [
-        run(args.events, args.agents, args.timeout, m) for _ in range(args.repeat) for m in modes
+        run(args.events, args.agents, args.timeout, m, args.timeline)
+        for _ in range(args.repeat)
+        for m in modes
     ]
     summary: dict[str, object] = {"runs": runs}
     rates = {m: statistics.median([_rate(r) for r in runs if r["mode"] == m]) for m in modes}
