@@ -1,21 +1,29 @@
 """``engram demo``: three agents, a few sessions each, in English and Chinese.
 
-The events are deterministic (ids are ``uuid5`` of their place in the script,
-times start on a fixed day), so running the demo twice on the same home adds
-nothing: the second run's events are duplicates and are dropped.
+The events' ids are ``uuid5`` of their place in the script, so running the demo
+twice on the same home adds nothing: the second run's events are duplicates and
+are dropped. Their times start two days before the day the demo runs
+(:func:`demo_start`), so its recall shows memories a day or two old, partly faded:
+a fixed start day would show every memory forgotten (retention 0) a few weeks later.
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from engram.events import make_event
 from schemas import Event
 
 DEMO_NAMESPACE = uuid.UUID("5b0c3f62-8f54-4f4e-a1f0-6f2d2c7b9a11")
-START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+
+
+def demo_start(today: date | None = None) -> datetime:
+    """When the demo's first session starts: 09:00 UTC two days before ``today`` (by
+    default the current day in UTC); the same all day long."""
+    day = today if today is not None else datetime.now(UTC).date()
+    return datetime.combine(day - timedelta(days=2), time(9, 0), tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -99,10 +107,11 @@ def _id(*parts: object) -> uuid.UUID:
     return uuid.uuid5(DEMO_NAMESPACE, "/".join(str(p) for p in parts))
 
 
-def script_events(script: Script) -> list[Event]:
-    """One agent's sessions as events: started, turns, ended; a minute per turn."""
+def script_events(script: Script, start: datetime) -> list[Event]:
+    """One agent's sessions as events from ``start``: started, turns, ended; a minute
+    per turn, 20 hours between sessions."""
     events: list[Event] = []
-    at = START
+    at = start
     for number, (task, turns) in enumerate(script.sessions):
         session = f"{script.agent_id}-s{number + 1}"
         steps: list[tuple[str, dict[str, object], object]] = [
@@ -130,6 +139,8 @@ def script_events(script: Script) -> list[Event]:
     return events
 
 
-def demo_events() -> list[Event]:
-    """Every event of the demo, in publish order."""
-    return [e for script in SCRIPTS for e in script_events(script)]
+def demo_events(start: datetime | None = None) -> list[Event]:
+    """Every event of the demo, in publish order, from ``start`` (by default
+    :func:`demo_start`)."""
+    first = start if start is not None else demo_start()
+    return [e for script in SCRIPTS for e in script_events(script, first)]
