@@ -7,7 +7,7 @@ import logging
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -90,12 +90,28 @@ class DirectFeed:
       queues dropped.
     - The agent must still have its topic subscribed, as a faust stream does when it is
       iterated: ``aiter(stream.channel)`` adds the topic to the conductor, whose
-      channel then never receives anything (the hand-over gives it nothing)."""
+      channel then never receives anything (the hand-over gives it nothing).
+    - ``ignores``, when given, names the values the agent would take and do nothing
+      with (``ignores(value)`` true): :meth:`put` does not queue such a message; it
+      takes it as :meth:`take` would (the same generation and flow checks: one refused
+      is read again), hands the ones taken to ``passed`` (an agent that keeps its
+      partitions' order counts them as done, :meth:`streams.ordered.InOrder.pass_over`)
+      and releases them, as the end of a batch would. The committed offset of their
+      partition still waits for every message before them."""
 
-    def __init__(self, app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> None:
+    def __init__(
+        self,
+        app: Any,
+        topic: str,
+        maxsize: int = DIRECT_FEED_MAXSIZE,
+        ignores: Callable[[bytes | None], bool] | None = None,
+        passed: Callable[[list[Any]], None] | None = None,
+    ) -> None:
         self.app = app
         self.topic = topic
         self.maxsize = maxsize
+        self.ignores = ignores
+        self.passed = passed
         self.queued: deque[Any] = deque()
         self._readable: asyncio.Event | None = None
         self._writable: asyncio.Event | None = None
@@ -118,11 +134,54 @@ class DirectFeed:
         """Queue ``messages`` (in fetch order, each holding a reference for this feed),
         once fewer than :attr:`maxsize` wait."""
         readable, writable = self._events()
+        if self.ignores is not None:
+            messages = self._pass_over(messages, self.ignores)
+            if not messages:
+                return
         while self.full():
             writable.clear()
             await writable.wait()
         self.queued.extend(messages)
         readable.set()
+
+    def _pass_over(self, messages: list[Any], ignores: Callable[[bytes | None], bool]) -> list[Any]:
+        """The ``messages`` this feed's agent does not ignore; the others are taken,
+        handed to :attr:`passed` and released here (see the class's contract)."""
+        kept: list[Any] = []
+        ignored: list[Any] = []
+        for message in messages:
+            (ignored if ignores(message.value) else kept).append(message)
+        if ignored:
+            taken = self._track(ignored)
+            if taken and self.passed is not None:
+                self.passed(taken)
+            self._release(taken)
+        return kept
+
+    def _track(self, batch: list[Any]) -> list[Any]:
+        """The messages of ``batch`` the agent may process, tracked so that their acks
+        count; the others (an older consumer generation, or the flow stopped: a
+        rebalance) lose the feed's reference here, untracked, and are read again."""
+        app = self.app
+        consumer = app.consumer
+        generation = app.consumer_generation_id
+        active = app.flow_control.is_active()
+        track = consumer.unacked.add
+        taken: list[Any] = []
+        for message in batch:
+            if not active or message.generation_id != generation:
+                message.ack(consumer)  # the feed's reference: refused, read again
+                continue
+            message.tracked = True
+            track(message)
+            taken.append(message)
+        return taken
+
+    def _release(self, messages: Sequence[Any]) -> None:
+        """Release the feed's reference of ``messages`` (the agent is done with them)."""
+        consumer = self.app.consumer
+        for message in messages:
+            message.ack(consumer)
 
     async def take(self, max_: int, within: float | None = None) -> list[Any]:
         """The queued messages to process (at most ``max_``, at least one), waiting
@@ -140,19 +199,7 @@ class DirectFeed:
             batch = [queued.popleft() for _ in range(n)]
             if not self.full():
                 writable.set()
-            app = self.app
-            consumer = app.consumer
-            generation = app.consumer_generation_id
-            active = app.flow_control.is_active()
-            track = consumer.unacked.add
-            taken: list[Any] = []
-            for message in batch:
-                if not active or message.generation_id != generation:
-                    message.ack(consumer)  # the feed's reference: refused, read again
-                    continue
-                message.tracked = True
-                track(message)
-                taken.append(message)
+            taken = self._track(batch)
             if taken:
                 return taken
 
@@ -185,12 +232,18 @@ def direct_feeds(app: Any) -> dict[str, list[DirectFeed]]:
     return feeds
 
 
-def direct_feed(app: Any, topic: str, maxsize: int = DIRECT_FEED_MAXSIZE) -> DirectFeed:
+def direct_feed(
+    app: Any,
+    topic: str,
+    maxsize: int = DIRECT_FEED_MAXSIZE,
+    ignores: Callable[[bytes | None], bool] | None = None,
+    passed: Callable[[list[Any]], None] | None = None,
+) -> DirectFeed:
     """A new :class:`DirectFeed` of ``topic`` on ``app``, for one agent: the worker's
     consumer hands every message of ``topic`` to it (and to the topic's other feeds)
-    from now on, none to faust's streams. Declaring it binds no event loop (see
-    :meth:`DirectFeed._events`)."""
-    feed = DirectFeed(app, topic, maxsize)
+    from now on, none to faust's streams; what ``ignores`` names is passed over (see
+    the class). Declaring it binds no event loop (see :meth:`DirectFeed._events`)."""
+    feed = DirectFeed(app, topic, maxsize, ignores, passed)
     direct_feeds(app).setdefault(topic, []).append(feed)
     return feed
 
@@ -222,9 +275,7 @@ async def fed_batches(
         try:
             yield [Delivered(message) for message in messages]
         finally:
-            consumer = feed.app.consumer
-            for message in messages:
-                message.ack(consumer)
+            feed._release(messages)
 
 
 def agent_batches(

@@ -123,10 +123,36 @@ class InOrder:
         self.app = app
         self.holes = holes_of(app)
         self.next: dict[TopicPartition, int] = {}
+        self.passed: dict[TopicPartition, set[int]] = {}
 
     def forget(self) -> None:
         """Partitions were revoked: start again from the committed offsets."""
         self.next.clear()
+        self.passed.clear()
+
+    def pass_over(self, messages: Sequence[Any]) -> None:
+        """``messages`` need nothing of the agent (its direct feed passed them over,
+        acked): each counts as acted on once the agent reached it, so the next offset
+        moves past it then, not a hole to wait for."""
+        for message in messages:
+            tp = TopicPartition(message.topic, message.partition)
+            self.passed.setdefault(tp, set()).add(message.offset)
+            self._advance(tp)
+
+    def _advance(self, tp: TopicPartition) -> None:
+        """Move ``tp``'s next offset past the passed-over offsets it reached."""
+        passed = self.passed.get(tp)
+        if not passed:
+            return
+        found = self.next.get(tp)
+        if found is None:
+            found = self.expected(tp)
+            if found is None:
+                return
+        while found in passed:
+            found += 1
+        self.next[tp] = found
+        passed.difference_update([o for o in passed if o < found])
 
     @property
     def consumer(self) -> Any:
@@ -139,6 +165,9 @@ class InOrder:
             committed = self.consumer._committed_offset.get(tp)
             if committed is not None:
                 found = self.next[tp] = int(committed)
+                if self.passed.get(tp):
+                    self._advance(tp)
+                    found = self.next[tp]
         return found
 
     def skip_to(self, tp: TopicPartition, offset: int) -> None:
@@ -147,6 +176,7 @@ class InOrder:
             gone = (self.next[tp], offset - 1)
             log.warning("%s[%d]: offsets %d..%d are gone from the log", *tp, *gone)
             self.next[tp] = offset
+            self._advance(tp)
 
     def admit(self, messages: Sequence[Any]) -> Admitted:
         """Sort ``messages`` (in delivery order) into ready, done and held."""
@@ -166,6 +196,8 @@ class InOrder:
             else:
                 out.ready.append(message)
                 self.next[tp] = offset + 1
+                if self.passed.get(tp):
+                    self._advance(tp)
         return out
 
 

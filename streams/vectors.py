@@ -508,6 +508,18 @@ def of_types(
     return out
 
 
+def ignoring(codec: Codec, types: frozenset[str]) -> Callable[[bytes | None], bool]:
+    """Whether a value's header names a type outside ``types``: what :func:`of_types`
+    leaves out of a batch, for a :class:`~streams.app.DirectFeed` to pass over before
+    it reaches the batch."""
+
+    def ignores(value: bytes | None) -> bool:
+        kind = kind_of(codec, value or b"")
+        return kind is not None and kind not in types
+
+    return ignores
+
+
 def kind_of(codec: Codec, raw: bytes) -> str | None:
     """The event type of ``raw`` read from its header alone (the Avro fingerprint or the
     sealed envelope); None when the header does not say."""
@@ -564,8 +576,20 @@ def register_vectors(
     embed_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-embed")
     store_pool = ThreadPoolExecutor(1, thread_name_prefix="engram-vectors")
     topic_name = memory_topic.get_topic_name()
-    embed_feed = direct_feed(app, topic_name) if direct else None
-    project_feed = direct_feed(app, topic_name) if direct else None
+    embedding = InOrder(app)  # the embedding agent's own order: it acts on what it reads
+    guard = InOrder(app)
+    # most of the derived log is working memory, which neither agent reads: their feeds
+    # pass it over (acked, counted by each agent's order guard) instead of queuing it
+    embed_feed = (
+        direct_feed(app, topic_name, ignores=ignoring(codec, CREATED), passed=embedding.pass_over)
+        if direct
+        else None
+    )
+    project_feed = (
+        direct_feed(app, topic_name, ignores=ignoring(codec, VECTOR_TYPES), passed=guard.pass_over)
+        if direct
+        else None
+    )
 
     async def off_loop(pool: ThreadPoolExecutor, fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn)
@@ -577,8 +601,6 @@ def register_vectors(
         if keys is not None and isinstance(codec, SealingCodec):
             await retry_in_place(lambda: keys.cover(codec, raws), what="read data keys")
         return raws
-
-    embedding = InOrder(app)  # the embedding agent's own order: it acts on what it reads
 
     @app.agent(memory_topic, name="engram.embed")
     async def embed(stream: faust.StreamT[bytes]) -> None:
@@ -612,8 +634,6 @@ def register_vectors(
                 await in_order(batch, embedding, embed_created)
         finally:
             await writer.stop()
-
-    guard = InOrder(app)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:

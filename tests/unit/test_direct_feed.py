@@ -174,3 +174,49 @@ async def test_a_window_gathers_a_batch_until_it_is_full_or_the_window_ends() ->
     assert not taking.done()
     await feed.put(messages(range(3, 6)))
     assert [m.offset for m in await asyncio.wait_for(taking, 0.5)] == [2, 3, 4]
+
+
+async def test_a_feed_passes_over_what_its_agent_ignores_and_acks_it_once_every_feed_did() -> None:
+    """The vector agents ignore working memory, most of the derived log: their feeds
+    pass it over at the hand-over (not queued, not batched), tell the agent which
+    messages (its order guard counts them done) and release each feed's reference as a
+    done batch would; a message is acked once the other feed released it too, and the
+    committed offset waits for the messages before it; a message passed over while the
+    flow is stopped is refused (read again), as take does, and not reported passed."""
+    app = app_for("ignore")
+    reported: list[int] = []
+    wanted = direct_feed(
+        app,
+        TOPIC,
+        ignores=lambda value: value == b"working",
+        passed=lambda ms: reported.extend(m.offset for m in ms),
+    )
+    other = direct_feed(app, TOPIC)
+    aiter(app.topic(TOPIC))
+    await app.topics._update_indices()
+    handed = messages(range(4), feeds=2)
+    for message, value in zip(handed, (b"memory", b"working", b"working", b"memory"), strict=True):
+        message.value = value
+    await wanted.put(handed)
+    await other.put(handed)
+    assert [m.offset for m in wanted.queued] == [0, 3]  # the ignored ones not queued
+    assert [m.offset for m in other.queued] == [0, 1, 2, 3]
+    assert reported == [1, 2]
+    assert handed[1].tracked and not handed[1].acked  # released here; the other holds it
+    stream = app.stream(app.topic(TOPIC))
+    theirs = fed_batches(stream, other, 10)
+    assert len(await asyncio.wait_for(theirs.__anext__(), 0.1)) == 4
+    await theirs.aclose()  # the other agent is done with all four
+    assert [m.acked for m in handed] == [False, True, True, False]
+    assert app.consumer._acked[TP(TOPIC, 0)] == [1, 2]  # nothing committable before 0
+    ours = fed_batches(stream, wanted, 10)
+    assert [d.message.offset for d in await asyncio.wait_for(ours.__anext__(), 0.1)] == [0, 3]
+    await ours.aclose()
+    assert all(m.acked for m in handed)
+    assert sorted(app.consumer._acked[TP(TOPIC, 0)]) == [0, 1, 2, 3]
+    app.flow_control.suspend()  # a rebalance: passed over, but refused, read again
+    stopped = messages(range(4, 5))
+    stopped[0].value = b"working"
+    await wanted.put(stopped)
+    assert stopped[0].acked and not stopped[0].tracked
+    assert not wanted.queued and reported == [1, 2]

@@ -157,3 +157,34 @@ def test_a_hole_of_a_partition_gone_elsewhere_is_dropped() -> None:
     g = guard(p0=2)
     asyncio.run(in_order([Item(Message(0, 4))], g, lambda messages: asyncio.sleep(0)))
     assert g.holes.due(set(), 1e12) == [] and not g.holes.open
+
+
+def test_offsets_passed_over_count_as_done_once_the_agent_reaches_them() -> None:
+    """The vector agents' feeds pass over working memory (acked, never batched): the
+    guard must not wait for those offsets as holes, nor move past a message it has not
+    admitted yet (3 is queued when 4 and 5 are passed over)."""
+    g = guard(p0=3, p1=0)
+    g.pass_over([Message(0, 4), Message(0, 5), Message(1, 0), Message(1, 1)])
+    assert g.expected(tp(0)) == 3, "3 comes first: passing 4 and 5 does not skip it"
+    assert g.expected(tp(1)) == 2, "the partition's next offsets were passed: move on"
+    admitted = g.admit([Message(0, 3), Message(0, 6), Message(1, 2)])
+    assert offsets(admitted.ready) == [(0, 3), (0, 6), (1, 2)]
+    assert admitted.held == [] and admitted.gaps == {}
+    g.pass_over([Message(0, 8)])
+    held = g.admit([Message(0, 9)])  # 7 is missing, neither admitted nor passed: a hole
+    assert held.gaps == {tp(0): 7} and offsets(held.held) == [(0, 9)]
+    g.pass_over([Message(0, 7)])  # read again, and passed over this time
+    assert offsets(g.admit([Message(0, 9)]).ready) == [(0, 9)]
+    assert g.passed[tp(0)] == set(), "what the guard moved past is not kept"
+    g.pass_over([Message(0, 4)])  # a re-read of an offset long done
+    assert g.expected(tp(0)) == 10
+    g.forget()
+    assert g.passed == {} and g.expected(tp(0)) == 3
+
+
+def test_offsets_passed_over_before_the_committed_offset_is_known_wait_for_it() -> None:
+    g = guard()  # nothing committed yet
+    g.pass_over([Message(0, 0), Message(0, 1)])
+    assert g.expected(tp(0)) is None
+    g.consumer.committed[tp(0)] = 0
+    assert g.expected(tp(0)) == 2
