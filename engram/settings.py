@@ -168,6 +168,8 @@ class Settings:
     """``ENGRAM_QUERY_MAX_MEMORY_MB``: the most memory one such read may take."""
     ingest_topic: str = "engram.ingest"
     keys_topic: str = "engram.keys"
+    clock_topic: str = "engram.clock"
+    """Where ``engram import`` holds the ticker (:mod:`streams.holds`)."""
     seal: bool = True
     direct_feed: bool = True
     """Whether the worker's agents take their messages from direct feeds

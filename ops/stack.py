@@ -135,6 +135,7 @@ def build_worker_app(
             bootstrap=bootstrap,
             interval_s=settings.tick_interval_s,
             codec=codec,
+            holds_topic=settings.clock_topic,
         )
     register(
         app,
@@ -182,6 +183,7 @@ async def prepare_log(
         settings.partitions,
         ingest=settings.ingest_topic,
         keys=settings.keys_topic,
+        clock=settings.clock_topic,
     )
     created = await ensure_topics(bootstrap, specs)
     if created:

@@ -15,6 +15,7 @@ from aiokafka.errors import IncompatibleBrokerVersion
 
 from schemas.sealed import SealingCodec
 from sinks.clients import partitions_of
+from streams.holds import CLOCK_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,16 @@ SHORT_LIVED = {
 (it then deletes them); the retention outlasts a worker outage of up to a day, so an
 event is never dropped unread."""
 
+CLOCK_HOLDS = {
+    "cleanup.policy": "delete",
+    "retention.ms": str(24 * 3600 * 1000),
+    "segment.ms": str(3600 * 1000),
+    "message.timestamp.type": "LogAppendTime",
+}
+"""The clock topic (:mod:`streams.holds`): a hold matters for minutes (it lapses
+unless its import renews it), so a day's retention keeps every one that can be in
+force and the topic short for the ticker, which reads it whole before each tick."""
+
 
 def pipeline_topics(
     events: str,
@@ -75,16 +86,20 @@ def pipeline_topics(
     *,
     ingest: str = "engram.ingest",
     keys: str = "engram.keys",
+    clock: str = CLOCK_TOPIC,
 ) -> list[TopicSpec]:
     """``engram.events`` and ``engram.memory`` (``partitions`` each, kept forever), the
     dead-letter topic (one partition), ``engram.ingest`` (``partitions``, a day's
     retention as a backstop: the clear events a producer without keys sends, sealed by the worker
-    onto ``engram.events``) and ``engram.keys`` (one partition, compacted: the data keys)."""
+    onto ``engram.events``), ``engram.clock`` (one partition, a day's retention: the
+    clock holds of imports) and ``engram.keys`` (one partition, compacted: the data
+    keys; last)."""
     return [
         TopicSpec(events, partitions, KEEP_FOREVER),
         TopicSpec(memory, partitions, KEEP_FOREVER),
         TopicSpec(dlq, 1, KEEP_FOREVER),
         TopicSpec(ingest, partitions, SHORT_LIVED),
+        TopicSpec(clock, 1, CLOCK_HOLDS),
         TopicSpec(keys, 1, COMPACTED),
     ]
 
