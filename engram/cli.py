@@ -41,6 +41,10 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def warn(message: str) -> None:
+    errors.print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
 def load_settings() -> Settings:
     try:
         return Settings.from_env()
@@ -845,6 +849,9 @@ def import_cmd(
 
     Example: engram import travel-bot.avro
     """
+    from contextlib import nullcontext
+
+    from engram.clock import hold_clock
     from engram.history import history_client
     from engram.publishing import publish_events
     from engram.transfer import import_plan, read_export
@@ -856,16 +863,19 @@ def import_cmd(
     settings = load_settings()
     try:
         events = read_export(file)
+        agents = sorted({e.agent_id for e in events})
         history = history_client(settings)
         plan = import_plan(history, events)
-        count = publish_events(settings, plan.events, console, prefer_http=http, batch=batch)
+        # no tick of this deployment's clock among the events until they are folded
+        held = hold_clock(settings, f"import of {', '.join(agents)}", warn) if plan.events else None
+        with held or nullcontext():
+            count = publish_events(settings, plan.events, console, prefer_http=http, batch=batch)
+            if timeout:
+                wait_archived(history, plan, timeout)
     except BadEvent as bad:
         raise fail(f"nothing was imported: {bad.reason}", 2) from None
     except (EngramError, OSError) as error:
         raise fail(str(error)) from None
-    agents = sorted({e.agent_id for e in events})
-    if timeout:
-        wait_archived(history, plan, timeout)
     console.print(f"imported {count} events of {', '.join(agents)}")
     for agent_id, present in plan.present.items():
         console.print(f"{agent_id}: the first {present} events of the file were here already")
