@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -316,3 +317,78 @@ def test_a_file_of_an_older_engram_with_an_erasure_copy_imports_without_it(
     assert "left out 1 erasure copies" in done.stdout
     count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
     assert stack.scalar(count, a=agent) == 2
+
+
+def long_history(agent: str, turns: int) -> list[Event]:
+    """:func:`history`'s session, then ``turns`` turns of a second one a day later (a
+    tick among them would cut the first session's idle gap or sweep at its time)."""
+    t1 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=20)
+    more = [
+        make_event(
+            "interaction.recorded",
+            agent_id=agent,
+            session_id="s2",
+            user_id="mei",
+            occurred_at=t1 + timedelta(seconds=i),
+            body={"role": "user", "content": f"step {i} of the itinerary"},
+        )
+        for i in range(turns)
+    ]
+    return history(agent)[:-2] + more
+
+
+def test_no_tick_of_the_destination_lands_among_the_imported_events(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The destination ticks every second; an import that takes several seconds holds
+    its clock: the agent's log there is the file's, tick for tick, its memory the
+    source's, and the ticks resume once the import is done."""
+    agent = f"held-{uuid.uuid4().hex[:8]}"
+    events = long_history(agent, 1000)
+    with Memory(bootstrap=stack.bootstrap) as memory:
+        memory.publish_many(events)
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    wait_until(lambda: stack.scalar(count, a=agent) == len(events), 60, "the history archived")
+    source = wait_until(
+        lambda: (rows := changes(stack, agent)) and rows[-1][0] == len(events) - 1 and rows,
+        30,
+        "the memory changes",
+    )
+    path = tmp_path / f"{agent}.avro"
+    assert cli(stack, "export", agent, "-o", str(path)).returncode == 0
+    log = "SELECT seq, toString(event_id), type FROM events FINAL WHERE agent_id = {a:String}"
+    with EmbeddedBroker(log_path=tmp_path / "broker.log") as broker:
+        there = start_stack(
+            tmp_path / "ticking",
+            ENGRAM_KAFKA_BOOTSTRAP=broker.bootstrap,
+            ENGRAM_TICK_INTERVAL_S="1",
+            **FAST_GROUP,
+        )
+        try:
+            started = time.monotonic()
+            done = cli(there, "import", str(path), "--batch", "1")
+            took = time.monotonic() - started
+            assert done.returncode == 0, done.stderr
+            assert took > 5, f"the import took {took:.1f}s: not several tick intervals"
+            moved = there.rows(log + " ORDER BY seq", a=agent)
+            file_ids = {str(event.event_id) for event in events}
+            foreign = [(s, kind) for s, e, kind in moved[: len(events)] if e not in file_ids]
+            assert foreign == [], "the destination's own events among the file's"
+            assert [e for _, e, _ in moved[: len(events)]] == [str(e.event_id) for e in events]
+            moved_changes = wait_until(
+                lambda: (
+                    (rows := [r for r in changes(there, agent) if r[0] < len(events)])
+                    and len(rows) == len(source)
+                    and rows
+                ),
+                30,
+                "the same memory changes elsewhere",
+            )
+            assert moved_changes == source
+            wait_until(
+                lambda: there.scalar(count, a=agent) > len(events), 30, "a tick after the import"
+            )
+            tick = there.rows(log + " AND seq = {s:Int64}", a=agent, s=len(events))
+            assert tick[0][2] == "clock.tick"
+        finally:
+            assert there.stop() == 0
