@@ -133,26 +133,32 @@ class InOrder:
     def pass_over(self, messages: Sequence[Any]) -> None:
         """``messages`` need nothing of the agent (its direct feed passed them over,
         acked): each counts as acted on once the agent reached it, so the next offset
-        moves past it then, not a hole to wait for."""
+        moves past it then, not a hole to wait for. Constant time a message: many pass
+        while the agent works on a message ahead of them (an embedding)."""
         for message in messages:
             tp = TopicPartition(message.topic, message.partition)
-            self.passed.setdefault(tp, set()).add(message.offset)
-            self._advance(tp)
+            offset = message.offset
+            found = self.next.get(tp)
+            if found is not None and offset < found:
+                continue  # acted on already (a re-read)
+            self.passed.setdefault(tp, set()).add(offset)
+            if found is None or offset == found:
+                self._advance(tp)
 
     def _advance(self, tp: TopicPartition) -> None:
-        """Move ``tp``'s next offset past the passed-over offsets it reached."""
+        """Move ``tp``'s next offset past the passed-over offsets it reached (each one
+        leaves the set as it is passed)."""
         passed = self.passed.get(tp)
         if not passed:
             return
         found = self.next.get(tp)
         if found is None:
-            found = self.expected(tp)
-            if found is None:
-                return
+            self.expected(tp)  # from the committed offset, if known: it advances then
+            return
         while found in passed:
+            passed.discard(found)
             found += 1
         self.next[tp] = found
-        passed.difference_update([o for o in passed if o < found])
 
     @property
     def consumer(self) -> Any:
@@ -165,7 +171,9 @@ class InOrder:
             committed = self.consumer._committed_offset.get(tp)
             if committed is not None:
                 found = self.next[tp] = int(committed)
-                if self.passed.get(tp):
+                passed = self.passed.get(tp)
+                if passed:  # what was passed below the committed offset is done
+                    passed.difference_update([o for o in passed if o < found])
                     self._advance(tp)
                     found = self.next[tp]
         return found
@@ -176,7 +184,10 @@ class InOrder:
             gone = (self.next[tp], offset - 1)
             log.warning("%s[%d]: offsets %d..%d are gone from the log", *tp, *gone)
             self.next[tp] = offset
-            self._advance(tp)
+            passed = self.passed.get(tp)
+            if passed:
+                passed.difference_update([o for o in passed if o < offset])
+                self._advance(tp)
 
     def admit(self, messages: Sequence[Any]) -> Admitted:
         """Sort ``messages`` (in delivery order) into ready, done and held."""
@@ -196,7 +207,10 @@ class InOrder:
             else:
                 out.ready.append(message)
                 self.next[tp] = offset + 1
-                if self.passed.get(tp):
+                passed = self.passed.get(tp)
+                if passed:
+                    if expected is None:  # no committed offset: it starts here
+                        passed.difference_update([o for o in passed if o <= offset])
                     self._advance(tp)
         return out
 

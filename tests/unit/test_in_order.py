@@ -188,3 +188,13 @@ def test_offsets_passed_over_before_the_committed_offset_is_known_wait_for_it() 
     assert g.expected(tp(0)) is None
     g.consumer.committed[tp(0)] = 0
     assert g.expected(tp(0)) == 2
+
+
+def test_many_offsets_passed_behind_a_message_not_admitted_yet_are_all_done_at_once() -> None:
+    """While the embedding agent embeds a memory, thousands of working-memory records
+    after it pass: they wait in the guard's set and leave it as the agent reaches them."""
+    g = guard(p0=0)
+    g.pass_over([Message(0, offset) for offset in range(1, 10_001)])
+    assert g.expected(tp(0)) == 0 and len(g.passed[tp(0)]) == 10_000
+    assert offsets(g.admit([Message(0, 0)]).ready) == [(0, 0)]
+    assert g.expected(tp(0)) == 10_001 and g.passed[tp(0)] == set()
