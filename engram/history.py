@@ -238,10 +238,12 @@ either: the read-only endpoint of ``engram up`` refuses a query that changes one
   ``working``: :data:`_WORKING`; each an array of its rows (in no order: they are
   sorted here);
 * ``rollbacks``, ``forks``: :data:`_ROLLBACKS`, what takes the episodes a rollback
-  undid off the episode list, and the changes a rollback undid or made off the
-  memories' path: the query runs with no spans (``x`` empty) and no fork (``f`` -1)
-  and, for an agent with a rollback by T or that began as a fork, its items part runs
-  again with them (:data:`ITEMS_SQL`), and a fork's source is read as of the fork
+  undid off the episode list (and, for a fork, continues that list into its source's
+  as of the fork, :func:`inherited_tail`: one more query per fork in the chain, when
+  the agent's own episodes are fewer than asked), and the changes a rollback undid or
+  made off the memories' path: the query runs with no spans (``x`` empty) and no fork
+  (``f`` -1) and, for an agent with a rollback by T or that began as a fork, its items
+  part runs again with them (:data:`ITEMS_SQL`), and a fork's source is read as of the fork
   (:func:`_forked`); the agents with neither, nearly all, pay no second round trip.
 
 Every part reads one agent's rows with ``occurred_at <= T``. Derived changes carry the
@@ -325,6 +327,11 @@ def history_snapshot(
         )
     spans = undone_spans(rollbacks)
     memory_rows, docs = _memory_rows(client, agent_id, at, item_rows, spans, forks)
+    own = [
+        episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq), agent_id)
+        for seq, _idx, session, user, body, _ in _latest(docs, user_id, episodes, spans)
+    ]
+    inherited = inherited_tail(client, fork_of(forks), user_id=user_id, limit=episodes - len(own))
     position = Position(seq=int(seq), last_event_at=_aware(last_at), events_folded=int(count))
     items = [_memory_of(row, at, config) for row in memory_rows]
     counts = {"L2": 0, "L3": 0}
@@ -342,10 +349,7 @@ def history_snapshot(
         as_of=as_of,
         position=position,
         working=working_of(sessions, session_id),
-        episodes=[
-            episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
-            for seq, _idx, session, user, body, _ in _latest(docs, user_id, episodes, spans)
-        ],
+        episodes=own + inherited,
         facts=sorted((f for f in facts if f), key=lambda f: (f["namespace"], f["key"])),
         persona=persona_of(persona[0][4], persona[0][5]) if persona else None,
         skills=[s.model_dump(mode="json") for s in sorted(skills, key=lambda s: s.name)],
@@ -427,24 +431,49 @@ def _forked(
     return out
 
 
-def undone(client: Client, agent_id: str, as_of: datetime | None) -> list[tuple[int, int]]:
+def rebases(
+    client: Client, agent_id: str, as_of: datetime | None
+) -> tuple[list[tuple[int, int]], ForkedChangeBody | None]:
     """The stretches of the agent's log its rollbacks by ``as_of`` (None: all) undid
-    (:func:`processors.rebase.undone_spans`): their episodes are not the memory's."""
-    [(rollbacks, _forks)] = _rows(client, _ROLLBACKS, {"a": agent_id, "t": as_of or _END_OF_TIME})
-    return undone_spans(rollbacks)
+    (:func:`processors.rebase.undone_spans`: their episodes are not the memory's), and
+    the fork it began with (None: it did not), in one query."""
+    where = {"a": agent_id, "t": as_of or _END_OF_TIME}
+    [(rollbacks, forks)] = _rows(client, _ROLLBACKS, where)
+    return undone_spans(rollbacks), fork_of(forks)
+
+
+def fork_of(forks: Sequence[Sequence[Any]]) -> ForkedChangeBody | None:
+    """The fork an agent began with, from :data:`_ROLLBACKS`' ``forks`` (None: none)."""
+    fork = min(((int(seq), str(body)) for seq, body in forks), default=None)
+    return None if fork is None else ForkedChangeBody.model_validate_json(fork[1])
 
 
 def episode_tail(
     client: Client, agent_id: str, *, user_id: str | None, as_of: datetime | None, limit: int
 ) -> list[dict[str, Any]]:
     """The last ``limit`` episodes closed by ``as_of`` (None: all), newest first; not
-    those a rollback undid."""
-    spans = undone(client, agent_id, as_of)
+    those a rollback undid; then, for a fork, its source's (:func:`inherited_tail`)."""
+    spans, fork = rebases(client, agent_id, as_of)
     where = {"a": agent_id, "t": as_of or _END_OF_TIME, "u": user_id, "n": limit, "x": spans}
-    return [
-        episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq))
+    own = [
+        episode_record(EpisodeBody.model_validate_json(body), session, user, int(seq), agent_id)
         for seq, session, user, body in _rows(client, EPISODES_SQL, where)
     ]
+    return own + inherited_tail(client, fork, user_id=user_id, limit=limit - len(own))
+
+
+def inherited_tail(
+    client: Client, fork: ForkedChangeBody | None, *, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """The episodes an agent that began as ``fork`` (None: not a fork) lists after its
+    own: the last ``limit`` of its source's episode tail as of the fork's moment
+    (:func:`episode_tail`, so its rollbacks by then and its own fork count), each
+    with the source's ``agent_id`` and ``seq``. Empty when ``limit`` is 0 or less. The
+    source is read with the changes that occurred by the fork's moment, as
+    :func:`_forked` reads its memories."""
+    if fork is None or limit <= 0:
+        return []
+    return episode_tail(client, fork.source_agent_id, user_id=user_id, as_of=fork.at, limit=limit)
 
 
 def fact_of(body: str, at: datetime) -> dict[str, Any] | None:

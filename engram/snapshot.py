@@ -46,6 +46,7 @@ from schemas import (
     EpisodeBody,
     EpisodeClosed,
     Event,
+    ForkedChangeBody,
     MemoryForked,
     MemoryRolledBack,
 )
@@ -79,7 +80,10 @@ def take_snapshot(
     ``session_id`` narrows working memory to that session; ``user_id`` narrows the
     episodes and the listed memories to that user. As of a moment, everything comes
     from the fold (the closed episodes are the ``episode.closed`` it derived); the
-    latest snapshot reads its episode tail from the history. Raises
+    latest snapshot reads its episode tail from the history. An agent that began as a
+    fork lists, after its own episodes, those of its source's snapshot as of the fork
+    (by replay here, :func:`engram.history.episode_tail` for the latest), up to
+    ``episodes`` in all; each episode names the agent that closed it. Raises
     :class:`UnknownAgent` when the history has no event of the agent (at or before
     ``as_of``), ``ValueError`` for a naive ``as_of`` or a negative ``episodes``.
 
@@ -99,12 +103,12 @@ def take_snapshot(
         when = "" if as_of is None else f" at or before {as_of.isoformat()}"
         raise UnknownAgent(f"no events of agent {agent_id!r} in the history{when}")
     state = memory.state()
-    from engram.history import episode_tail, undone  # engram.history imports this module
+    from engram.history import episode_tail, rebases  # engram.history imports this module
 
     if closed is None:
         tail = episode_tail(history.client, agent_id, user_id=user_id, as_of=None, limit=episodes)
     else:
-        spans = undone(history.client, agent_id, as_of)
+        spans, fork = rebases(history.client, agent_id, as_of)
 
         def kept(episode: dict[str, Any]) -> bool:
             mine = user_id is None or episode["user_id"] == user_id
@@ -115,6 +119,8 @@ def take_snapshot(
             more = episodes - len(found)
             found += _episodes_before(history, agent_id, folded.before, kept, more, config, read)
         tail = found[:episodes]
+        if fork is not None and len(tail) < episodes:
+            tail += _inherited(history, fork, user_id, episodes - len(tail), config, read)
     retention_at = as_of or position.last_event_at
     listed = as_of is not None if list_memories is None else list_memories
     return Snapshot(
@@ -136,6 +142,28 @@ def take_snapshot(
         retention_at=retention_at,
         road="replay",
     )
+
+
+def _inherited(
+    history: ClickHouseHistory,
+    fork: ForkedChangeBody,
+    user_id: str | None,
+    need: int,
+    config: MemoryConfig,
+    read: OpenEvent,
+) -> list[dict[str, Any]]:
+    """The episodes an agent that began as ``fork`` lists after its own: the last
+    ``need`` (of ``user_id`` when given) its source's snapshot as of the fork's moment
+    lists by replay (its rollbacks by then and its own fork count). Empty when the
+    history holds no event of the source by then."""
+    try:
+        source = take_snapshot(
+            history, fork.source_agent_id, user_id=user_id, as_of=fork.at, episodes=need,
+            config=config, list_memories=False, open_event=read,
+        )  # fmt: skip
+    except UnknownAgent:
+        return []
+    return source.episodes
 
 
 @dataclass
@@ -165,7 +193,7 @@ class _Run:
             self.folded += 1
             self.last_at, self.last_seq = archived.occurred_at, archived.seq
             self.closed.extend(
-                episode_record(d.body, d.session_id, d.user_id, archived.seq)
+                episode_record(d.body, d.session_id, d.user_id, archived.seq, self.memory.agent_id)
                 for d in step.derived
                 if isinstance(d, EpisodeClosed)
             )
@@ -371,12 +399,14 @@ def working_of(sessions: Iterable[SessionState], session_id: str | None) -> list
 
 
 def episode_record(
-    body: EpisodeBody, session_id: str | None, user_id: str | None, seq: int
+    body: EpisodeBody, session_id: str | None, user_id: str | None, seq: int, agent_id: str
 ) -> dict[str, Any]:
     """An episode as a snapshot lists it: its ``episode.closed`` body (without the
-    source ids), the session and user it belongs to and the sequence that closed it."""
+    source ids), the session and user it belongs to, the agent whose log closed it
+    (``agent_id``: the snapshot's agent, or for a fork the source it inherited the
+    episode from) and the sequence in that log that closed it (``seq``)."""
     record = body.model_dump(mode="json", exclude={"sources"})
-    record.update(session_id=session_id, user_id=user_id, seq=seq)
+    record.update(session_id=session_id, user_id=user_id, seq=seq, agent_id=agent_id)
     return record
 
 
