@@ -6,6 +6,7 @@ memory as of T under new ids, and the source is untouched."""
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -198,10 +199,11 @@ class Trip:
         self.events: list[Event] = []
 
     def add(self, kind: str, at: datetime, body: dict[str, Any], session: str | None = None,
-            who: str | None = None) -> Event:  # fmt: skip
-        """One event of ``who`` (the agent by default), appended to :attr:`events`."""
+            who: str | None = None, user: str = "mei") -> Event:  # fmt: skip
+        """One event of ``who`` (the agent by default) for ``user``, appended to
+        :attr:`events`."""
         event = make_event(kind, agent_id=who or self.agent, session_id=session,
-                           user_id="mei", occurred_at=at, body=body)  # fmt: skip
+                           user_id=user, occurred_at=at, body=body)  # fmt: skip
         self.events.append(event)
         return event
 
@@ -350,6 +352,100 @@ def test_a_fork_agrees_on_both_roads_with_the_trace_of_its_source(stack: Stack) 
             k: v for k, v in after.items() if k not in ("memory_id", "retention")
         }
         agree(memory, again, fork_time(again))
+
+
+def test_a_fork_lists_its_sources_episodes_as_of_the_fork_on_both_roads(stack: Stack) -> None:
+    """A fork's recent episodes are its own, newest first, then its source's as the
+    source's snapshot as of the fork lists them (less those a rollback of the source
+    had undone by then), each with the agent whose log closed it; not the source's later
+    ones. Replay, the history's SQL and the latest snapshot give the same list, also
+    for one user and for fewer episodes; a fork of the fork lists three generations."""
+    agent = f"fe-{uuid.uuid4().hex[:8]}"
+    fork, again = f"{agent}-b", f"{agent}-c"
+    past = Trip(agent)
+    conversation(past, "s1", T0, "mei", "I want to see Kyoto in April.")
+    conversation(past, "s2", T0 + timedelta(days=1), "ana", "Book the ryokan in Kyoto.")
+    conversation(past, "s3", T + timedelta(days=1), "mei", "Now plan Paris instead.")
+
+    def fork_time(who: str) -> datetime:
+        return _aware(stack.scalar(
+            "SELECT occurred_at FROM memory_changes FINAL WHERE agent_id = {a:String}"
+            " AND type = 'agent.forked'", a=who))  # fmt: skip
+
+    def own_episode(who: str, sid: str) -> None:
+        trip = Trip(who)
+        conversation(trip, sid, datetime.now(UTC), "mei", "And the trip after that?")
+        before = stack.scalar(COUNT, a=who)
+        memory.publish_many(trip.events)
+        wait_until(lambda: stack.scalar(COUNT, a=who) == before + 3, 60, f"{sid} archived")
+        while datetime.now(UTC) <= trip.events[-1].occurred_at:  # as_of is never ahead
+            time.sleep(0.01)
+
+    with Memory(bootstrap=stack.bootstrap, http=stack.http) as memory:
+        memory.publish_many(past.events)
+        wait_until(lambda: stack.scalar(COUNT, a=agent) == len(past.events), 60, "the archive")
+        undo = cli(stack, "rollback", agent, "--to", T.isoformat())  # undoes s3
+        assert undo.returncode == 0, undo.stderr
+        at = datetime.now(UTC)
+        source = episodes_agree(memory, agent, at)
+        assert [(who, user) for who, _, user in source] == [(agent, "ana"), (agent, "mei")]
+
+        done = cli(stack, "fork", agent, "--as", fork, "--at", at.isoformat())
+        assert done.returncode == 0, done.stderr
+        forked_at = fork_time(fork)
+        assert episodes_agree(memory, fork, forked_at) == source
+        assert episodes_of_latest(memory, fork) == source
+
+        own_episode(agent, "s4")  # the source's, after the fork: not the fork's
+        later = episodes_agree(memory, agent, datetime.now(UTC))[0]
+        assert later[0] == agent and later not in source
+        own_episode(fork, "s5")
+        mine = episodes_agree(memory, fork, datetime.now(UTC))
+        assert mine[0][0] == fork and mine[1:] == source
+        assert later not in mine
+        assert episodes_of_latest(memory, fork) == mine
+        assert episodes_agree(memory, fork, forked_at) == source
+        assert episodes_agree(memory, fork, datetime.now(UTC), user_id="ana") == source[:1]
+        assert episodes_agree(memory, fork, datetime.now(UTC), episodes=2) == mine[:2]
+
+        done = cli(stack, "fork", fork, "--as", again, "--at", datetime.now(UTC).isoformat())
+        assert done.returncode == 0, done.stderr
+        assert episodes_agree(memory, again, fork_time(again)) == mine
+        own_episode(again, "s6")
+        three = episodes_agree(memory, again, datetime.now(UTC))
+        assert [who for who, _, _ in three] == [again, fork, agent, agent]
+        assert three[1:] == mine
+        assert episodes_of_latest(memory, again) == three
+        assert episodes_agree(memory, again, datetime.now(UTC), user_id="ana") == source[:1]
+        assert episodes_of_latest(memory, again, user_id="mei") == [
+            e for e in three if e[2] == "mei"
+        ]
+        assert episodes_agree(memory, again, datetime.now(UTC), episodes=3) == three[:3]
+
+
+def conversation(trip: Trip, sid: str, start: datetime, user: str, line: str) -> None:
+    """A session of ``user`` with one turn, a second long: one episode when it ends."""
+    trip.add("session.started", start, {"task": "plan a trip"}, sid, user=user)
+    body = {"role": "user", "content": line}
+    trip.add("interaction.recorded", start + timedelta(milliseconds=500), body, sid, user=user)
+    trip.add("session.ended", start + timedelta(seconds=1), {"reason": "done"}, sid, user=user)
+
+
+def episodes_agree(
+    memory: Memory, agent: str, at: datetime, **options: Any
+) -> list[tuple[str, str, str]]:
+    """Both roads' episodes of ``agent`` as of ``at``, which must be the same, record for
+    record: newest first, as (agent that closed it, episode id, user)."""
+    replayed = comparable(memory.snapshot(agent, as_of=at, **options))["episodes"]
+    queried = comparable(memory.history(agent, as_of=at, **options))["episodes"]
+    assert replayed == queried, (agent, at.isoformat(), options)
+    return [(e["agent_id"], e["episode_id"], e["user_id"]) for e in replayed]
+
+
+def episodes_of_latest(memory: Memory, agent: str, **options: Any) -> list[tuple[str, str, str]]:
+    """The latest snapshot's episodes of ``agent``, as :func:`episodes_agree` gives them."""
+    found = memory.snapshot(agent, **options).episodes
+    return [(e["agent_id"], e["episode_id"], e["user_id"]) for e in found]
 
 
 def agree(memory: Memory, agent: str, at: datetime) -> dict[str, Any]:
