@@ -60,6 +60,15 @@ def read_up_file(path: Path) -> dict[str, Any] | None:
     return data
 
 
+def deployment_bootstrap(settings: Settings) -> str | None:
+    """The deployment's Kafka: ``ENGRAM_KAFKA_BOOTSTRAP``, else the running ``engram
+    up``'s broker; None when neither is there."""
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    up = read_up_file(settings.up_file)
+    return None if up is None else up.get("kafka_bootstrap")
+
+
 class _LoopThread:
     """A private event loop on a daemon thread, for the sync face of the client."""
 

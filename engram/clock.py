@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from engram.client import read_up_file
+from engram.client import deployment_bootstrap
 from engram.errors import EngramError
 from engram.settings import Settings
 from streams.holds import Hold, write_hold
@@ -105,8 +105,7 @@ def hold_clock(
     deployment of an engram before holds: its ticker does not read them)."""
     from ops.topics import CLOCK_HOLDS, TopicSpec, ensure_topics
 
-    up = read_up_file(settings.up_file)
-    bootstrap = settings.kafka_bootstrap or (up or {}).get("kafka_bootstrap")
+    bootstrap = deployment_bootstrap(settings)
     if not bootstrap:
         raise EngramError(
             f"engram is not running: no {settings.up_file}. Start it with `engram up`, "

@@ -43,7 +43,7 @@ from uuid import UUID
 
 import fastavro
 
-from engram.client import read_up_file
+from engram.client import deployment_bootstrap
 from engram.errors import EngramError
 from engram.settings import Settings
 from schemas import BadEvent, Codec, Event, SubjectErasureRequested
@@ -235,8 +235,7 @@ def archive_opener(settings: Settings) -> Iterator[OpenEvent | None]:
     home_key = settings.home / "master.key"
     if master is None and settings.seal and home_key.exists():
         master = MasterKey.from_file(home_key)
-    up = read_up_file(settings.up_file)
-    bootstrap = settings.kafka_bootstrap or (up or {}).get("kafka_bootstrap")
+    bootstrap = deployment_bootstrap(settings)
     if master is None or not bootstrap:
         yield None
         return
