@@ -500,18 +500,14 @@ def of_types(
     """The values among ``raws`` whose type, read from the header alone, is one of
     ``types``, and those whose header does not say (:func:`decode_all` logs them if
     they do not decode): a batch's other records need neither a key nor decoding."""
-    out: list[bytes | None] = []
-    for value in raws:
-        kind = kind_of(codec, value or b"")
-        if kind is None or kind in types:
-            out.append(value)
-    return out
+    ignores = ignoring(codec, types)
+    return [value for value in raws if not ignores(value)]
 
 
 def ignoring(codec: Codec, types: frozenset[str]) -> Callable[[bytes | None], bool]:
     """Whether a value's header names a type outside ``types``: what :func:`of_types`
-    leaves out of a batch, for a :class:`~streams.app.DirectFeed` to pass over before
-    it reaches the batch."""
+    leaves out of a batch, and a :class:`~streams.app.DirectFeed` passes over before
+    it reaches one."""
 
     def ignores(value: bytes | None) -> bool:
         kind = kind_of(codec, value or b"")
