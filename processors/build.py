@@ -23,40 +23,12 @@ The hot paths of the fold that read several fields of one event or body read its
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from schemas.reader import trusted, updated
 
-M = TypeVar("M", bound=BaseModel)
-
-_new = object.__new__
-_slots = vars(BaseModel)
-_set_dict = _slots["__dict__"].__set__
-_set_fields = _slots["__pydantic_fields_set__"].__set__
-_set_extra = _slots["__pydantic_extra__"].__set__
-_set_private = _slots["__pydantic_private__"].__set__
+__all__ = ["fields", "trusted", "updated"]
 
 
 def fields(names: Iterable[str]) -> set[str]:
     """A ``model_fields_set`` for :func:`trusted`, shared by the models built with it."""
     return set(names)
-
-
-def trusted(cls: type[M], values: dict[str, Any], given: set[str]) -> M:
-    """An instance of ``cls`` holding ``values``, not validated again (see the module)."""
-    model: M = _new(cls)
-    _set_dict(model, values)
-    _set_fields(model, given)
-    _set_extra(model, None)
-    _set_private(model, None)
-    return model
-
-
-def updated(model: M, changes: dict[str, Any]) -> M:
-    """``model.model_copy(update=changes)`` for changes valid by construction."""
-    copy: M = _new(type(model))
-    _set_dict(copy, {**model.__dict__, **changes})
-    _set_fields(copy, model.__pydantic_fields_set__ | changes.keys())
-    _set_extra(copy, None)
-    _set_private(copy, None)
-    return copy

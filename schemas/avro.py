@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, PlainSerializer, WrapSerializer
 
 from schemas.base import DerivedEvent, Event
 from schemas.errors import BadEvent
+from schemas.reader import compile_reader
 
 MAGIC = b"\xc3\x01"
 AVSC_DIR = Path(__file__).with_name("avsc")
@@ -175,6 +176,8 @@ class WriterSchema:
         self.parsed = reader.parsed if same else fastavro.parse_schema(schema)
         self.reader = reader
         self.tail = DoublesTail.of(schema) if same else None
+        self.trusted = compile_reader(reader.event_type, schema) if same else None
+        """The current schema's reader of bytes engram wrote (:mod:`schemas.reader`)."""
 
     def read(self, body: bytes) -> dict[str, Any]:
         if self.tail is not None:

@@ -387,7 +387,7 @@ class Sealer:
             return None
         try:
             inner = aead(key).decrypt(nonce, sealed, _aad(event_id, kind, agent, subject, key_id))
-            event = self.codec.decode(inner)
+            event = self.codec.decode_trusted(inner)  # authentic: engram sealed a valid event
         except (InvalidTag, ValueError):  # BadEvent is a ValueError
             return None
         at = event.occurred_at
