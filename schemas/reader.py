@@ -249,7 +249,8 @@ def _string(data: bytes, at: int) -> tuple[Any, int]:
     return data[at:end].decode(), end
 
 
-_set_uuid = object.__setattr__
+_set_int = vars(UUID)["int"].__set__
+_set_safe = vars(UUID)["is_safe"].__set__
 _SAFE = SafeUUID.unknown
 
 
@@ -259,8 +260,8 @@ def _uuid(data: bytes, at: int) -> tuple[Any, int]:
     text, at = _string(data, at)
     if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
         value = _new(UUID)
-        _set_uuid(value, "int", int(text.replace("-", ""), 16))
-        _set_uuid(value, "is_safe", _SAFE)
+        _set_int(value, int(text.replace("-", ""), 16))
+        _set_safe(value, _SAFE)
         return value, at
     return UUID(text), at
 
