@@ -763,7 +763,14 @@ def _long(raw: bytes, position: int) -> tuple[int, int]:
 
 
 def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
-    length, position = _long(raw, position)
+    """Bytes at ``position``: a length (a one-byte varint read in place), then as
+    many bytes (ValueError for a negative length or bytes beyond the end)."""
+    length = raw[position]
+    if length < 0x80 and not length & 1:  # zigzag of a length under 64
+        position += 1
+        length >>= 1
+    else:
+        length, position = _long(raw, position)
     end = position + length
     if length < 0 or end > len(raw):
         raise ValueError("bytes out of bounds")
@@ -771,8 +778,17 @@ def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
 
 
 def _text(raw: bytes, position: int) -> tuple[str, int]:
-    blob, end = _blob(raw, position)
-    return blob.decode(), end
+    """:func:`_blob` read as UTF-8 (UnicodeDecodeError, a ValueError, if it is not)."""
+    length = raw[position]
+    if length < 0x80 and not length & 1:
+        position += 1
+        length >>= 1
+    else:
+        length, position = _long(raw, position)
+    end = position + length
+    if length < 0 or end > len(raw):
+        raise ValueError("bytes out of bounds")
+    return raw[position:end].decode(), end
 
 
 def _optional(

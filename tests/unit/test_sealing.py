@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import schemas
 from schemas import BadEvent, Codec, Event, InteractionRecorded, MemoryReinforced
-from schemas.avro import AVSC_DIR, MAGIC, epoch_millis, fingerprint
+from schemas.avro import AVSC_DIR, MAGIC, epoch_millis, fingerprint, write_long
 from schemas.sealed import (
     RECENT,
     SEALED_HEADER,
@@ -32,11 +32,13 @@ from schemas.sealed import (
     Shredded,
     UnknownKey,
     _aad,
+    _blob,
     _derived_head,
     _sealed_fields,
     _sealed_key,
     _sealed_read,
     _sealed_type,
+    _text,
     is_sealed,
     subject_of,
     write_sealed,
@@ -471,6 +473,27 @@ def test_the_hand_reads_every_envelope_field_as_fastavro_does(record: dict[str, 
     assert _sealed_key(raw) == (record["subject"], record["key_id"])
     assert _sealed_type(raw) == record["type"]
     assert _sealed_fields(raw[:-1]) is None and _sealed_fields(raw + b"\x00") is None
+
+
+@pytest.mark.parametrize("read", [_blob, _text])
+def test_lengths_read_by_hand_as_avro_writes_them(read: Any) -> None:
+    """A length under 64 is one byte (read in place), longer ones a varint; an odd
+    byte is a negative length (zigzag), and bytes beyond the end are refused."""
+    for size in (0, 1, 63, 64, 300, 70_000):
+        data = b"x" * size
+        value, end = read(write_long(size) + data + b"tail", 0)
+        assert (value, end) == (
+            (data if read is _blob else data.decode()),
+            len(write_long(size)) + size,
+        )
+    for bad in (b"\x01", b"\x03ab", b"\x7f" + b"x" * 200, b"\x04a", b"\x81\x01"):
+        with pytest.raises(ValueError):
+            read(bad, 0)
+    if read is _text:
+        with pytest.raises(UnicodeDecodeError):
+            read(b"\x02\xff", 0)
+    else:
+        assert read(b"\x02\xff", 0) == (b"\xff", 2)
 
 
 def test_a_sealer_that_does_not_remember_hands_nothing_off() -> None:
