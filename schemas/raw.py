@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
+from uuid import UUID
 
 from pydantic import Field, model_validator
 
@@ -220,15 +221,22 @@ class MemoryRolledBack(Event):
 
 class ForkedBody(Model):
     """The first event of a new agent: its memory begins as ``source_agent_id``'s was
-    at ``at`` (``source_seq``: the source's last sequence at or before ``at``)."""
+    at ``at`` (``source_seq``: the source's last sequence at or before ``at``).
+    ``source_event_id`` (version 2; None in version-1 bytes, a fork made by an older
+    engram) is the id of the source's event at ``source_seq``: which agent of that
+    name, and which log, the fork was made from (``engram import`` checks it)."""
 
     source_agent_id: Ident
     at: UtcMillis
     source_seq: Seq
+    source_event_id: UUID | None = None
 
 
 class MemoryForked(Event):
+    """Version 2 added ``source_event_id`` to the body (version 1 bytes read as None)."""
+
     TYPE: ClassVar[str] = "memory.forked"
+    SCHEMA_VERSION: ClassVar[int] = 2
     type: Literal["memory.forked"] = "memory.forked"
     body: ForkedBody
 

@@ -17,7 +17,14 @@ import fastavro
 import pytest
 
 import schemas
-from schemas import BadEvent, Codec, InteractionRecorded, MemoryEmbedded, WorkingUpdated
+from schemas import (
+    BadEvent,
+    Codec,
+    InteractionRecorded,
+    MemoryEmbedded,
+    MemoryForked,
+    WorkingUpdated,
+)
 from schemas.avro import AVSC_DIR, MAGIC, avro_schema, fingerprint, load_writer_schemas
 
 AT = datetime(2024, 3, 1, 9, 15, 0, 125_000, tzinfo=UTC)
@@ -252,3 +259,48 @@ def test_memory_embedded_v1_bytes_read_as_v2_without_terms() -> None:
     assert event.schema_version == 1
     assert (event.body.terms, event.body.vector) == (None, [0.25, -0.5, 1e-300])
     assert Codec().read_record(single_object(v1, written)) is None  # an older writer
+
+
+def forked_record(**body: Any) -> dict[str, Any]:
+    return {
+        "event_id": str(EVENT_ID),
+        "type": "memory.forked",
+        "agent_id": "旅行助手-b",
+        "session_id": None,
+        "user_id": None,
+        "occurred_at": AT,
+        "schema_version": 1,
+        "body": {"source_agent_id": "旅行助手", "at": AT, "source_seq": 41, **body},
+    }
+
+
+def test_memory_forked_v1_bytes_read_as_v2_without_a_source_event_id() -> None:
+    """The committed v1 contract of ``memory.forked`` (before ``source_event_id``, the
+    id of the source's event at the fork's position) still decodes, with the new field
+    at None: forks made by an older engram stay readable, and an import checks their
+    source by name and length only."""
+    v1 = json.loads((AVSC_DIR / "memory.forked.v1.avsc").read_text(encoding="utf-8"))
+    assert "source_event_id" not in [f["name"] for f in body_fields(v1)]
+    event = Codec().decode(single_object(v1, forked_record()))
+    assert isinstance(event, MemoryForked)
+    assert event.schema_version == 1
+    assert (event.body.source_agent_id, event.body.source_seq) == ("旅行助手", 41)
+    assert event.body.source_event_id is None
+
+
+def test_memory_forked_v2_carries_the_source_event_id_both_ways() -> None:
+    """Version 2 is the current contract: the source's event id survives Avro and JSON,
+    and the current writer's fingerprint is the committed v2 file's."""
+    source = UUID("6d1f0c3a-9b8e-4f7a-a2c4-0123456789ab")
+    v2 = json.loads((AVSC_DIR / "memory.forked.v2.avsc").read_text(encoding="utf-8"))
+    assert MemoryForked.SCHEMA_VERSION == 2
+    assert fingerprint(v2) == fingerprint(avro_schema(MemoryForked))
+    written = forked_record(source_event_id=str(source))
+    written["schema_version"] = 2
+    event = Codec().decode(single_object(v2, written))
+    assert isinstance(event, MemoryForked)
+    assert event.body.source_event_id == source
+    codec = Codec()
+    assert codec.encode(event)[2:10] == fingerprint(v2)
+    assert codec.decode(codec.encode(event)) == event
+    assert codec.decode(codec.encode_json(event)) == event
