@@ -311,12 +311,14 @@ class Memory:
 
     async def afork(self, source: str, *, into: str, at: datetime | None = None) -> Event:
         """Create agent ``into`` whose memory begins as ``source``'s was at ``at`` (aware;
-        default now): publishes a ``memory.forked`` on ``into``. Raises
-        :class:`engram.rebase.Refused` when ``into`` has events already, ``source`` is
-        unknown, or ``at`` is in the future or before ``source``'s first event."""
+        default now): publishes a ``memory.forked`` on ``into`` naming ``source``, its
+        last sequence at or before ``at`` and the id of its archived event there (which
+        ``engram import`` checks the source by). Raises :class:`engram.rebase.Refused`
+        when ``into`` has events already, ``source`` is unknown, or ``at`` is in the
+        future or before ``source``'s first event."""
         from datetime import UTC
 
-        from engram.rebase import Refused, exists, fork_event, position_at
+        from engram.rebase import Refused, event_at, exists, fork_event, position_at
 
         if into == source:
             raise Refused("a fork needs a new agent id (--as), not the source's")
@@ -324,7 +326,18 @@ class Memory:
             raise Refused(f"agent {into!r} exists already: a fork creates a new agent")
         moment = at or datetime.now(UTC)
         source_seq = await position_at(self, source, moment)
-        return await self.apublish(fork_event(source, into, moment, source_seq))
+        source_event_id = await event_at(self, source, source_seq)
+        return await self.apublish(fork_event(source, into, moment, source_seq, source_event_id))
+
+    async def _rows(self, sql: str, params: Mapping[str, str]) -> list[list[Any]]:
+        """The rows of one read-only query (``{name:Type}`` placeholders bound from
+        ``params``, as text) through engram up's SQL endpoint (the archive, for
+        :func:`engram.rebase.event_at`). Raises :class:`RequestFailed` with the
+        server's reason."""
+        query = {"query": sql, "default_format": "JSONCompact"}
+        query.update({f"param_{name}": value for name, value in params.items()})
+        answer = await self._call("GET", "/", params=query)
+        return list(answer["data"])
 
     async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         if self.http is None:

@@ -22,9 +22,11 @@ def make_event(
     user_id: str | None = None,
     occurred_at: datetime | None = None,
     event_id: uuid.UUID | None = None,
+    schema_version: int = 1,
 ) -> Event:
     """A validated event of ``type``; ``event_id`` defaults to a new UUID and
-    ``occurred_at`` to now. Raises BadEvent with the reason if it is invalid."""
+    ``occurred_at`` to now; ``schema_version``: the version of its type's schema the
+    body was made for. Raises BadEvent with the reason if it is invalid."""
     return _CODEC.from_json_object(
         {
             "event_id": str(event_id or uuid.uuid4()),
@@ -33,6 +35,7 @@ def make_event(
             "session_id": session_id,
             "user_id": user_id,
             "occurred_at": (occurred_at or datetime.now(UTC)).isoformat(),
+            "schema_version": schema_version,
             "body": dict(body or {}),
         }
     )

@@ -2,10 +2,10 @@
 
 ``engram rollback A --to T`` publishes a ``memory.rolled_back`` on A naming T and
 A's last sequence at or before T; ``engram fork A --as B --at T`` publishes a
-``memory.forked`` on B naming A, T and that sequence. The worker does the rest
-(:mod:`processors.rebase`, :mod:`streams.past`) and records what changed as an
-``agent.rolled_back`` / ``agent.forked`` change, which :func:`applied` finds.
-Nothing is published when a check fails (:class:`Refused` says why).
+``memory.forked`` on B naming A, T, that sequence and the id of A's event there. The
+worker does the rest (:mod:`processors.rebase`, :mod:`streams.past`) and records what
+changed as an ``agent.rolled_back`` / ``agent.forked`` change, which :func:`applied`
+finds. Nothing is published when a check fails (:class:`Refused` says why).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from uuid import UUID
 
 from engram.errors import EngramError, RequestFailed
 from engram.events import make_event
-from schemas import Event
+from schemas import Event, MemoryForked
 
 if TYPE_CHECKING:
     from engram.client import Memory
@@ -73,9 +73,31 @@ def rollback_event(agent_id: str, to: datetime, to_seq: int, reason: str | None)
     return make_event("memory.rolled_back", agent_id=agent_id, body=body)
 
 
-def fork_event(source: str, target: str, at: datetime, source_seq: int) -> Event:
-    body = {"source_agent_id": source, "at": at.isoformat(), "source_seq": source_seq}
-    return make_event("memory.forked", agent_id=target, body=body)
+async def event_at(memory: Memory, agent_id: str, seq: int) -> UUID:
+    """The id of ``agent_id``'s archived event at ``seq`` (what a fork records of its
+    source's position, so that an import tells the source from another agent of that
+    name); Refused when the archive has no event there."""
+    rows = await memory._rows(
+        "SELECT toString(event_id) FROM events FINAL"
+        " WHERE agent_id = {a:String} AND seq = {s:UInt64}",
+        {"a": agent_id, "s": str(seq)},
+    )
+    if not rows:  # position_at found it there: the archive changed since (an erasure)
+        raise Refused(f"the history has no event of {agent_id!r} at seq {seq}: try again")
+    return UUID(str(rows[0][0]))
+
+
+def fork_event(
+    source: str, target: str, at: datetime, source_seq: int, source_event_id: UUID
+) -> Event:
+    body = {
+        "source_agent_id": source,
+        "at": at.isoformat(),
+        "source_seq": source_seq,
+        "source_event_id": str(source_event_id),
+    }
+    version = MemoryForked.SCHEMA_VERSION
+    return make_event("memory.forked", agent_id=target, body=body, schema_version=version)
 
 
 def applied(settings: Settings, request_id: UUID) -> dict[str, Any] | None:
