@@ -845,7 +845,7 @@ def import_cmd(
     archived them (it derives the same memory). Every record is checked before any is
     sent, and the history here first: events of the agent already here must be the
     file's first ones (importing again sends only the rest), and a fork's source must
-    be imported before the fork.
+    be imported before the fork (the source itself: the fork names its event there).
 
     Example: engram import travel-bot.avro
     """

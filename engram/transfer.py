@@ -20,7 +20,9 @@ What an export leaves out, and what it translates:
 
 Importing checks the destination first (:func:`import_plan`): events of the agent
 already there must be the file's first ones (a second import then sends only the
-rest), and the source of a fork must be there and reach its position.
+rest), and the source of a fork must be there and reach its position, with the event
+the fork names there (its ``source_event_id``, which an export translates with the
+position: the id of the exported event the position names).
 
 Two formats:
 
@@ -171,37 +173,49 @@ def _translated(
             payload = _with_position(event, "to_seq", to_seq, codec)
         elif isinstance(event, MemoryForked):
             body = event.body
-            source_seq = _position_in_export(client, body.source_agent_id, body.source_seq, read)
-            payload = _with_position(event, "source_seq", source_seq, codec)
+            source_seq, there = _position_in_export(
+                client, body.source_agent_id, body.source_seq, read
+            )
+            identity = {} if body.source_event_id is None else {"source_event_id": there}
+            payload = _with_position(event, "source_seq", source_seq, codec, **identity)
         kept.append(seq)
         yield seq, payload
 
 
 def _with_position(
-    event: MemoryRolledBack | MemoryForked, field: str, position: int, codec: Codec
+    event: MemoryRolledBack | MemoryForked,
+    field: str,
+    position: int,
+    codec: Codec,
+    **also: Any,
 ) -> bytes:
-    """``event`` re-encoded with ``body.<field>`` set to ``position``; EngramError when
-    every event up to the position it named left the log (an erased subject's)."""
+    """``event`` re-encoded with ``body.<field>`` set to ``position`` (and the body
+    fields ``also`` names); EngramError when every event up to the position it named
+    left the log (an erased subject's)."""
     if position < 0:
         raise EngramError(
             f"{event.type} {event.event_id} names a position whose events were all erased:"
             " its state cannot be rebuilt from an export"
         )
-    body = event.body.model_copy(update={field: position})
+    body = event.body.model_copy(update={field: position, **also})
     return codec.encode(event.model_copy(update={"body": body}))
 
 
-def _position_in_export(client: Any, agent_id: str, seq: int, read: OpenEvent) -> int:
+def _position_in_export(
+    client: Any, agent_id: str, seq: int, read: OpenEvent
+) -> tuple[int, UUID | None]:
     """Where ``agent_id``'s event ``seq`` (or the last before it that an export holds)
     stands in ``agent_id``'s own export: how many of its exported events come up to
-    ``seq``, minus one."""
+    ``seq``, minus one; and the id of the exported event there (None when there is
+    none). A fork's ``source_event_id`` follows its position: the event at ``seq``
+    itself when the export holds it, else the one the position now names."""
     codec = Codec()
-    count = 0
-    for exported, _, _ in _exportable(archived(client, agent_id), read, codec):
+    count, last = 0, None
+    for exported, event, _ in _exportable(archived(client, agent_id), read, codec):
         if exported > seq:
             break
-        count += 1
-    return count - 1
+        count, last = count + 1, event.event_id
+    return count - 1, last
 
 
 def _clear_only(codec: Codec) -> OpenEvent:
@@ -320,7 +334,11 @@ def import_plan(client: Any, events: list[Event]) -> ImportPlan:
       this deployment's own clock gave the agent since an earlier import are not the
       file's and do not count (so importing again after a tick sends nothing new);
     * a fork in the file names a source this deployment lacks, or whose log here does
-      not reach the fork's position: import the source's export first.
+      not reach the fork's position: import the source's export first;
+    * a fork names the source's event at its position (``source_event_id``) and the
+      event here at that position is another: the agent of that name here is not the
+      fork's source. A fork made by an older engram names none: its source is checked
+      by name and length only.
     """
     if not events:
         raise EngramError("the file holds no events: nothing to import")
@@ -388,7 +406,11 @@ def _archived(client: Any, agent_id: str) -> list[tuple[str, str]]:
 
 
 def _check_fork_source(client: Any, fork: MemoryForked) -> None:
-    """EngramError unless the fork's source is archived here up to the fork's position."""
+    """EngramError unless the fork's source is archived here up to the fork's position
+    and, when the fork names it (``source_event_id``: forks made before version 2 of
+    ``memory.forked`` do not), the source's event here at that position is the one the
+    fork was made at. The position is the export's numbering, which the source's events
+    take here when its export is imported."""
     source, position = fork.body.source_agent_id, fork.body.source_seq
     result = client.query(
         "SELECT count(), max(seq) FROM events FINAL WHERE agent_id = {a:String}",
@@ -406,6 +428,31 @@ def _check_fork_source(client: Any, fork: MemoryForked) -> None:
             f" reaches seq {last} here: import {source!r}'s whole export first (and wait until"
             " it is folded)"
         )
+    if fork.body.source_event_id is not None:
+        _check_fork_identity(client, fork)
+
+
+def _check_fork_identity(client: Any, fork: MemoryForked) -> None:
+    """EngramError unless the source's archived event here at the fork's position is
+    the event the fork names (``source_event_id``)."""
+    source, position = fork.body.source_agent_id, fork.body.source_seq
+    result = client.query(
+        "SELECT toString(event_id) FROM events FINAL WHERE agent_id = {a:String}"
+        " AND seq = {s:UInt64}",
+        parameters={"a": source, "s": position},
+    )
+    here = [str(row[0]) for row in result.result_rows]
+    wanted = str(fork.body.source_event_id)
+    if here == [wanted]:
+        return
+    found = f"event {here[0]}" if here else "no event"
+    raise EngramError(
+        f"{fork.agent_id!r} begins as a fork of {source!r} at seq {position}, where its source"
+        f" had event {wanted}; the {source!r} here has {found} at seq {position}: it is"
+        f" another agent of that name (or another log), not the one {fork.agent_id!r} was"
+        f" forked from. Import {source!r}'s own export first, into a deployment without"
+        " that agent; nothing was imported"
+    )
 
 
 def archived_counts(client: Any, plan: ImportPlan) -> dict[str, int]:

@@ -17,7 +17,7 @@ import pytest
 
 from engram import Memory, make_event
 from ops.broker import EmbeddedBroker
-from schemas import Codec, Event
+from schemas import Codec, Event, MemoryForked
 from streams.ticker import publish_ticks
 from tests.support import FAST_GROUP, Stack, engram_cmd, start_stack, wait_until
 
@@ -271,6 +271,67 @@ def test_an_erasure_a_rollback_and_a_fork_move_alike(
     assert f"imported 0 events of {x}" in again.stdout
     assert f"{x}: the first 3 events of the file were here already" in again.stdout
     assert there.scalar(count, a=x) == 3
+
+
+def test_a_fork_is_refused_where_another_agent_has_its_source_s_name(
+    stack: Stack, there: Stack, tmp_path: Path
+) -> None:
+    """A fork names its source's event at its position: another agent of the source's
+    name, with as many events, does not pass for the source (nothing is sent), the
+    source imported first does, and a fork of an older engram (which names no event)
+    is still checked by the source's name and length only."""
+    tag = uuid.uuid4().hex[:8]
+    a, b = f"source-{tag}", f"fork-{tag}"
+    count = "SELECT count() FROM events FINAL WHERE agent_id = {a:String}"
+    events = history(a)
+    with Memory(bootstrap=stack.bootstrap) as memory:
+        memory.publish_many(events)
+    wait_until(lambda: stack.scalar(count, a=a) == len(events), 60, "the source archived")
+    forked = cli(stack, "fork", a, "--as", b)
+    assert forked.returncode == 0, forked.stderr
+    position, named = len(events) - 1, events[-1].event_id
+    (version, body), *_ = stack.rows("SELECT schema_version, body FROM events FINAL"
+                                     " WHERE agent_id = {a:String}", a=b)  # fmt: skip
+    assert version == 2
+    assert f'"source_seq":{position},"source_event_id":"{named}"' in body
+    a_file, b_file = tmp_path / "a.avro", tmp_path / "b.jsonl"
+    for agent, path in ((a, a_file), (b, b_file)):
+        done = cli(stack, "export", agent, "-o", str(path))
+        assert done.returncode == 0, done.stderr
+
+    with elsewhere(tmp_path) as other:
+        with Memory(bootstrap=other.bootstrap) as memory:
+            memory.publish_many(history(a))  # the same name and length, other events
+        wait_until(lambda: other.scalar(count, a=a) == len(events), 60, "the other archived")
+        refused = cli(other, "import", str(b_file))
+        assert refused.returncode == 1, refused.stderr
+        message = " ".join(refused.stderr.split())
+        assert (
+            f"{b!r} begins as a fork of {a!r} at seq {position}, where its source had event"
+            f" {named}; the {a!r} here has event " in message
+        )
+        assert "another agent of that name" in message and "nothing was imported" in message
+        assert other.scalar(count, a=b) == 0
+        codec = Codec()
+        (fork_line,) = b_file.read_bytes().splitlines()
+        fork = codec.decode(fork_line)
+        assert isinstance(fork, MemoryForked) and fork.body.source_event_id == named
+        older_body = fork.body.model_copy(update={"source_event_id": None})
+        older = fork.model_copy(update={"schema_version": 1, "body": older_body})
+        older_file = tmp_path / "older-fork.jsonl"
+        older_file.write_bytes(codec.encode_json(older) + b"\n")
+        passed = cli(other, "import", str(older_file))
+        assert passed.returncode == 0, passed.stderr  # the known limit of older forks
+        assert other.scalar(count, a=b) == 1
+
+    assert cli(there, "import", str(a_file)).returncode == 0
+    done = cli(there, "import", str(b_file))
+    assert done.returncode == 0, done.stderr
+    assert there.scalar(count, a=b) == 1
+    with Memory(http=stack.http) as home, Memory(http=there.http) as remote:
+        assert wait_until(
+            lambda: (moved := facts(remote, b)) == facts(home, b) and moved, 60, "the fork's facts"
+        )
 
 
 def test_bad_input_is_refused_with_a_message_not_a_traceback(stack: Stack, tmp_path: Path) -> None:
