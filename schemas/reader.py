@@ -170,10 +170,10 @@ def _optional(inner: Read) -> Read:
 
 def _blocks(data: bytes, at: int) -> tuple[int, int]:
     """The count of the next block of an array or map (its byte size skipped)."""
-    count, at = _long(data, at)
+    count, at = read_long(data, at)
     if count < 0:
         count = -count
-        _, at = _long(data, at)
+        _, at = read_long(data, at)
     return count, at
 
 
@@ -219,8 +219,9 @@ def _map(value_of: Read) -> Read:
     return read
 
 
-def _long(data: bytes, at: int) -> tuple[int, int]:
-    """A zigzag varint of at most 10 bytes."""
+def read_long(data: bytes, at: int) -> tuple[int, int]:
+    """An Avro long (a zigzag varint of at most 10 bytes) at ``data[at:]`` and the
+    offset after it; ValueError past 10 bytes, IndexError at the end of ``data``."""
     byte = data[at]
     if byte < 0x80:
         return (byte >> 1) ^ -(byte & 1), at + 1
@@ -242,7 +243,7 @@ def _string(data: bytes, at: int) -> tuple[Any, int]:
         at += 1
         size >>= 1  # a non-negative length: zigzag is a shift
     else:
-        size, at = _long(data, at)
+        size, at = read_long(data, at)
     end = at + size
     if size < 0 or end > len(data):
         raise ValueError("a string out of bounds")
@@ -276,7 +277,7 @@ _at = datetime.fromtimestamp
 def _timestamp_millis(data: bytes, at: int) -> tuple[Any, int]:
     """As fastavro reads it (the epoch plus a timedelta: an aware UTC datetime);
     ``fromtimestamp`` (half the cost) where that is exact."""
-    millis, at = _long(data, at)
+    millis, at = read_long(data, at)
     if 0 <= millis < _EXACT:
         return _at(millis / 1000, UTC), at
     return _EPOCH + timedelta(milliseconds=millis), at
@@ -299,7 +300,7 @@ def _boolean(data: bytes, at: int) -> tuple[Any, int]:
 _LEAVES: dict[tuple[Any, Any], Read] = {
     ("string", None): _string,
     ("string", "uuid"): _uuid,
-    ("long", None): _long,
+    ("long", None): read_long,
     ("long", "timestamp-millis"): _timestamp_millis,
     ("double", None): _double,
     ("boolean", None): _boolean,

@@ -54,6 +54,7 @@ from schemas.avro import (
 from schemas.base import DerivedEvent, Event
 from schemas.codec import DEFAULT_MAX_BYTES, Codec
 from schemas.errors import BadEvent
+from schemas.reader import read_long
 
 SEALED_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -680,9 +681,12 @@ def _sealed_key(raw: bytes) -> tuple[str, str] | None:
         position = _past(raw, _past(raw, _past(raw, 10)))  # event_id, type, agent_id
         for _ in range(2):  # session_id, user_id: unions of null and a string
             position = _past(raw, position + 1) if raw[position] == 2 else _null(raw, position)
-        position = _long(raw, position)[1]  # occurred_at
+        position = read_long(raw, position)[1]  # occurred_at
         for _ in range(2):  # seq, idx: unions of null and a long
-            position = _long(raw, position + 1)[1] if raw[position] == 2 else _null(raw, position)
+            if raw[position] == 2:
+                position = read_long(raw, position + 1)[1]
+            else:
+                position = _null(raw, position)
         subject, position = _text(raw, position)
         key_id, _ = _text(raw, position)
     except (IndexError, ValueError):
@@ -692,7 +696,7 @@ def _sealed_key(raw: bytes) -> tuple[str, str] | None:
 
 def _past(raw: bytes, position: int) -> int:
     """The position after the string or bytes at ``position``."""
-    length, position = _long(raw, position)
+    length, position = read_long(raw, position)
     if length < 0 or position + length > len(raw):
         raise ValueError("bytes out of bounds")
     return position + length
@@ -730,9 +734,9 @@ def _sealed_read(raw: bytes) -> tuple[int, SealedFields] | None:
         agent, p = _text(raw, p)
         session, p = _optional(raw, p, _text)
         user, p = _optional(raw, p, _text)
-        millis, head = _long(raw, p)
-        seq, p = _optional(raw, head, _long)
-        idx, p = _optional(raw, p, _long)
+        millis, head = read_long(raw, p)
+        seq, p = _optional(raw, head, read_long)
+        idx, p = _optional(raw, p, read_long)
         subject, p = _text(raw, p)
         key_id, p = _text(raw, p)
         nonce, p = _blob(raw, p)
@@ -745,23 +749,6 @@ def _sealed_read(raw: bytes) -> tuple[int, SealedFields] | None:
     return head, fields
 
 
-def _long(raw: bytes, position: int) -> tuple[int, int]:
-    """A zigzag varint of at most 10 bytes (ValueError past that, IndexError at the end)."""
-    byte = raw[position]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), position + 1
-    value, shift, end = byte & 0x7F, 7, position + 10
-    position += 1
-    while position < end:
-        byte = raw[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), position
-        shift += 7
-    raise ValueError("varint over 10 bytes")
-
-
 def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
     """Bytes at ``position``: a length (a one-byte varint read in place), then as
     many bytes (ValueError for a negative length or bytes beyond the end)."""
@@ -770,7 +757,7 @@ def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
         position += 1
         length >>= 1
     else:
-        length, position = _long(raw, position)
+        length, position = read_long(raw, position)
     end = position + length
     if length < 0 or end > len(raw):
         raise ValueError("bytes out of bounds")
@@ -779,16 +766,8 @@ def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
 
 def _text(raw: bytes, position: int) -> tuple[str, int]:
     """:func:`_blob` read as UTF-8 (UnicodeDecodeError, a ValueError, if it is not)."""
-    length = raw[position]
-    if length < 0x80 and not length & 1:
-        position += 1
-        length >>= 1
-    else:
-        length, position = _long(raw, position)
-    end = position + length
-    if length < 0 or end > len(raw):
-        raise ValueError("bytes out of bounds")
-    return raw[position:end].decode(), end
+    blob, end = _blob(raw, position)
+    return blob.decode(), end
 
 
 def _optional(
@@ -845,10 +824,10 @@ def _inner_positions(inner: bytes, head: int) -> tuple[int, int] | None:
     ``occurred_at`` end at ``head`` (the schema version and source event id between
     are skipped); None when they do not read."""
     try:
-        p = _long(inner, head)[1]  # schema_version
+        p = read_long(inner, head)[1]  # schema_version
         p = _past(inner, p)  # source_event_id
-        seq, p = _long(inner, p)
-        idx, _ = _long(inner, p)
+        seq, p = read_long(inner, p)
+        idx, _ = read_long(inner, p)
     except (IndexError, ValueError):
         return None
     return seq, idx
