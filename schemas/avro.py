@@ -25,7 +25,7 @@ from pydantic import AwareDatetime, BaseModel, PlainSerializer, WrapSerializer
 
 from schemas.base import DerivedEvent, Event
 from schemas.errors import BadEvent
-from schemas.reader import compile_reader
+from schemas.reader import compile_reader, read_doubles
 
 MAGIC = b"\xc3\x01"
 AVSC_DIR = Path(__file__).with_name("avsc")
@@ -235,30 +235,12 @@ class DoublesTail:
 
     def read(self, body: bytes) -> dict[str, Any]:
         record, start = _read_head(body, self.head)
-        values, end = _doubles(body, start)
+        values, end = read_doubles(body, start)
         node = record
         for name in self.path[:-1]:
             node = node[name]
         node[self.path[-1]] = values
         return _ended(record, body, end)
-
-
-def _doubles(data: bytes, at: int) -> tuple[list[float], int]:
-    """An Avro array of doubles at ``data[at:]``: its values and the offset after it.
-    Blocks: a zigzag count (0 ends; negative: a byte size follows), then the items."""
-    values: list[float] = []
-    while True:
-        count, at = _long(data, at)
-        if count == 0:
-            return values, at
-        if count < 0:
-            count = -count
-            _, at = _long(data, at)
-        end = at + 8 * count
-        if end > len(data):
-            raise ValueError("the array of doubles runs past the end of the record")
-        values += struct.unpack_from(f"<{count}d", data, at)
-        at = end
 
 
 def write_long(n: int) -> bytes:
@@ -552,20 +534,6 @@ a reader can turn into one."""
 _MILLIS: dict[datetime, bytes] = {}
 """Only UTC datetimes: equal ones in a zone with folds may be different instants."""
 _MILLIS_KEPT = 1024
-
-
-def _long(data: bytes, at: int) -> tuple[int, int]:
-    """An Avro zigzag varint long at ``data[at:]`` and the offset after it."""
-    shift = result = 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise ValueError("a truncated or overlong varint")
-        byte = data[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), at
-        shift += 7
 
 
 def load_writer_schemas(

@@ -115,14 +115,13 @@ class Codec:
         the caller can vouch for: others may come out as events validation refuses."""
         if len(raw) <= self.max_bytes and raw[:2] == MAGIC:
             writer = self.writers.get(raw[2:10])
-            read = writer.trusted if writer is not None else None
             if (
-                read is not None
-                and writer is not None
+                writer is not None
+                and writer.trusted is not None
                 and writer.reader.event_type.TYPE in self.accept
             ):
                 try:
-                    event, end = read(raw, 10)
+                    event, end = writer.trusted(raw, 10)
                 except Exception:  # decode() says what is wrong
                     return self.decode(raw)
                 if end == len(raw):

@@ -91,7 +91,7 @@ def _compile(schema: Any, tp: Any, named: dict[str, Read]) -> Read:
         return _record(schema, tp, named)
     if kind == "array":
         if schema["items"] == "double":
-            return _doubles
+            return read_doubles
         return _array(_compile(schema["items"], _item(tp, 0), named))
     if kind == "map":
         return _map(_compile(schema["values"], _item(tp, 1), named))
@@ -191,8 +191,10 @@ def _array(item: Read) -> Read:
     return read
 
 
-def _doubles(data: bytes, at: int) -> tuple[Any, int]:
-    """An array of doubles (a recorded vector), each block unpacked whole."""
+def read_doubles(data: bytes, at: int) -> tuple[Any, int]:
+    """An Avro array of doubles at ``data[at:]`` (a recorded vector): its values and
+    the offset after it, each block (a zigzag count, 0 ends; negative: a byte size
+    follows) unpacked whole; ValueError when one runs past the end."""
     values: list[float] = []
     count, at = _blocks(data, at)
     while count:

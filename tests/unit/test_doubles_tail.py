@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import BadEvent, Codec, MemoryEmbedded
-from schemas.avro import AvroType, DoublesTail, _doubles, _read_whole
+from schemas.avro import AvroType, DoublesTail, _read_whole
+from schemas.reader import read_doubles
 
 CODEC = Codec()
 EMBEDDED = AvroType(MemoryEmbedded)
@@ -126,7 +127,7 @@ def test_several_blocks_and_negative_counts_read_alike() -> None:
     assert fastavro.schemaless_reader(io.BytesIO(body), EMBEDDED.parsed, None) == (
         TAIL.read(body) if TAIL else None
     )
-    assert _doubles(blocks, 0) == (values, len(blocks))
+    assert read_doubles(blocks, 0) == (values, len(blocks))
 
 
 @pytest.mark.parametrize("cut", [1, 8, 4097])
