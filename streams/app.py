@@ -18,6 +18,7 @@ from faust.sensors.monitor import Monitor
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_kafka
 from faust.types import TP
+from faust.types.tuples import ConsumerMessage
 
 log = logging.getLogger("engram.streams")
 
@@ -97,7 +98,9 @@ class DirectFeed:
       is read again), hands the ones taken to ``passed`` (an agent that keeps its
       partitions' order counts them as done, :meth:`streams.ordered.InOrder.pass_over`)
       and releases them, as the end of a batch would. The committed offset of their
-      partition still waits for every message before them."""
+      partition still waits for every message before them. A message that every feed
+      of its topic ignores is passed over so by the hand-over itself, once for all of
+      them (:meth:`_Consumer._pass_over`), and reaches no :meth:`put`."""
 
     def __init__(
         self,
@@ -295,6 +298,27 @@ def agent_batches(
     return fed_batches(stream, feed, batch_size, within if gather else None)
 
 
+def _message(tp: TP, record: Any, generation: int | None) -> ConsumerMessage:
+    """The faust message of aiokafka's ``record`` of ``tp``, fetched in consumer
+    generation ``generation``: what faust's ``Consumer._to_message`` makes of it."""
+    timestamp = record.timestamp
+    return ConsumerMessage(
+        record.topic,
+        record.partition,
+        record.offset,
+        cast(float, None) if timestamp is None else timestamp / 1000.0,
+        record.timestamp_type,
+        record.headers,
+        record.key,
+        record.value,
+        record.checksum,
+        record.serialized_key_size,
+        record.serialized_value_size,
+        tp,
+        generation_id=generation,
+    )
+
+
 class _Consumer(faust_kafka.Consumer):
     """faust's consumer, made to commit only offsets whose messages every agent of
     their topic processed.
@@ -424,8 +448,8 @@ class _Consumer(faust_kafka.Consumer):
         try:
             while not (consumer_stopped() or fetcher_stopped()):
                 self.diag.set_flag(flag)
-                batch = [pair async for pair in self.getmany(timeout=1.0)]
-                await self.sleep(0)  # getmany may not have released the loop
+                batch = await self._fetched(1.0)
+                await self.sleep(0)  # the fetch may not have released the loop
                 if batch and not self.should_stop:
                     await self.wait_first(self._hand_over(batch), self.suspend_flow.wait())
                 self.diag.unset_flag(flag)
@@ -442,6 +466,41 @@ class _Consumer(faust_kafka.Consumer):
             raise
         finally:
             self.diag.unset_flag(flag)
+
+    async def _fetched(self, wait_s: float) -> list[tuple[Any, Any]]:
+        """faust's ``getmany`` (the records fetched, as ``(tp, message)`` in its
+        round-robin order, only of the partitions it would give), in one list.
+
+        faust's async generator re-checks the flow, the consumer generation and the
+        partition's high watermark at every message it yields. Nothing can change the
+        first two within one batch (a rebalance runs on this loop, which the list's
+        making never releases), so they are read once; the high watermark (a lag
+        metric) is tracked once per partition. The messages are those faust's
+        ``_to_message`` makes."""
+        records, active = await self._wait_next_records(wait_s)
+        if records is None or self.should_stop:
+            return []
+        if not self.flow_active:
+            self.log.dev("getmany called while flow not active. Seek back to committed offsets.")
+            try:
+                await self.perform_seek()
+            except Exception as ex:
+                self.log.warning(f"exception performing seek when flow not active {ex}")
+            return []
+        generation = self.app.consumer_generation_id
+        buffered = self._buffered_partitions
+        fetched: list[tuple[Any, Any]] = []
+        append = fetched.append
+        tps: dict[Any, None] = {}
+        for tp, record in self.scheduler.iterate(records):
+            if active is not None and tp not in active and tp not in buffered:
+                continue
+            tps[tp] = None
+            append((tp, _message(tp, record, generation)))
+        track = self.app.monitor.track_tp_end_offset
+        for tp in tps:
+            track(tp, self.highwater(tp))
+        return fetched
 
     async def _hand_over(self, batch: list[tuple[Any, Any]]) -> None:
         r"""Hand ``batch`` (``(tp, message)`` in fetch order) to the streams, skipping
@@ -462,8 +521,13 @@ class _Consumer(faust_kafka.Consumer):
                 since_yield = 0
             offset = message.offset
             if feeds and tp.topic in feeds:
-                messages, reads = fed.setdefault(tp.topic, ([], {}))
-                read = reads.get(tp, read_offset.get(tp))
+                entry = fed.get(tp.topic)
+                if entry is None:
+                    entry = fed[tp.topic] = ([], {})
+                messages, reads = entry
+                read = reads.get(tp)
+                if read is None:
+                    read = read_offset.get(tp)
                 if read is not None and offset < read:
                     continue
                 messages.append(message)
@@ -478,14 +542,47 @@ class _Consumer(faust_kafka.Consumer):
             await callback(message)
             read_offset[tp] = offset
         for topic, (messages, reads) in fed.items():
-            if not messages:
-                continue
             readers = feeds[topic]
-            for message in messages:  # one reference per feed, before any feed has it
-                message.incref(len(readers))
-            for feed in readers:
-                await self._feed(feed, messages, reads)
+            messages = self._pass_over(readers, messages)
+            if messages:
+                for message in messages:  # one reference per feed, before any feed has it
+                    message.incref(len(readers))
+                for feed in readers:
+                    await self._feed(feed, messages, reads)
             read_offset.update(reads)
+
+    def _pass_over(self, readers: list[DirectFeed], messages: list[Any]) -> list[Any]:
+        """The ``messages`` some feed of ``readers`` takes; each of the others, which
+        every feed ignores, is passed over here once for them all, as each feed's
+        :meth:`DirectFeed.put` would pass it over (refused in an older generation or a
+        stopped flow and read again; else handed to each feed's ``passed`` and acked),
+        without a reference, a tracking and a release per feed."""
+        checks = [feed.ignores for feed in readers if feed.ignores is not None]
+        if not messages or len(checks) < len(readers):
+            return messages
+        kept: list[Any] = []
+        taken: list[Any] = []
+        generation = self.app.consumer_generation_id
+        active = self.app.flow_control.is_active()
+        for message in messages:
+            value = message.value
+            for ignores in checks:
+                if not ignores(value):
+                    kept.append(message)
+                    break
+            else:
+                if active and message.generation_id == generation:
+                    message.tracked = True
+                    taken.append(message)
+                else:
+                    message.ack(self)  # untracked: refused, read again
+        if taken:
+            for feed in readers:
+                if feed.passed is not None:
+                    feed.passed(taken)
+            for message in taken:
+                message.ack(self)
+        return kept
 
     async def _feed(self, feed: DirectFeed, messages: list[Any], reads: dict[Any, int]) -> None:
         """Put ``messages`` (reading ``reads``, the last offset per partition) in

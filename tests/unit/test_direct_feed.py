@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from aiokafka.structs import ConsumerRecord
 from faust.transport.drivers.aiokafka import ConsumerMessage
 from faust.types import TP
 
-from streams.app import DirectFeed, create_app, direct_feed, direct_feeds, fed_batches
+from streams.app import DirectFeed, _message, create_app, direct_feed, direct_feeds, fed_batches
 
 TOPIC = "engram.events"
 
@@ -220,3 +221,76 @@ async def test_a_feed_passes_over_what_its_agent_ignores_and_acks_it_once_every_
     await wanted.put(stopped)
     assert stopped[0].acked and not stopped[0].tracked
     assert not wanted.queued and reported == [1, 2]
+
+
+async def test_what_every_feed_ignores_is_passed_over_once_at_the_hand_over() -> None:
+    """The hand-over passes over a message that every feed of its topic ignores (the
+    derived log's working memory, which neither vector agent reads) once for them all:
+    each feed's agent is told (its order guard counts it done), it is acked at once,
+    and it is never queued; a message some feed takes goes to every feed as before,
+    and a feed passes over by itself what it alone ignores. Passed over in a stopped
+    flow or an older generation, it is refused (read again) and not reported."""
+    app = app_for("all-ignore")
+    reports: dict[str, list[int]] = {"embed": [], "project": []}
+
+    def feed_of(name: str, ignored: set[bytes]) -> DirectFeed:
+        return direct_feed(
+            app,
+            TOPIC,
+            ignores=lambda value: value in ignored,
+            passed=lambda ms: reports[name].extend(m.offset for m in ms),
+        )
+
+    embed = feed_of("embed", {b"working", b"embedded"})
+    project = feed_of("project", {b"working"})
+    aiter(app.topic(TOPIC))
+    await app.topics._update_indices()
+    consumer = app.consumer
+    tp = TP(TOPIC, 0)
+    consumer._committed_offset[tp] = 0
+    handed = messages(range(5), feeds=0)
+    values = (b"memory", b"working", b"embedded", b"working", b"working")
+    for message, value in zip(handed, values, strict=True):
+        message.value = value
+    await consumer._hand_over([(tp, m) for m in handed])
+    assert [m.offset for m in embed.queued] == [0]
+    assert [m.offset for m in project.queued] == [0, 2]
+    assert reports == {"embed": [1, 3, 4, 2], "project": [1, 3, 4]}
+    assert [m.acked for m in handed] == [False, True, False, True, True]
+    assert [m.tracked for m in handed] == [False, True, True, True, True]  # 0: not taken yet
+    assert [m.refcount for m in handed] == [2, 0, 1, 0, 0]  # 2: the embedding feed let go
+    assert sorted(consumer._acked[tp]) == [1, 3, 4]
+    assert consumer._read_offset[tp] == 4
+    await consumer._hand_over([(tp, m) for m in handed[:4]])  # read before: skipped
+    assert len(project.queued) == 2 and reports["project"] == [1, 3, 4]
+
+    app.consumer_generation_id = 7  # a rebalance: what was fetched before it is stale
+    stale = messages(range(5, 6), feeds=0, generation=6)
+    stale[0].value = b"working"
+    await consumer._hand_over([(tp, stale[0])])
+    app.flow_control.suspend()  # and while the flow is stopped, nothing counts
+    stopped = messages(range(6, 7), feeds=0, generation=7)
+    stopped[0].value = b"working"
+    await consumer._hand_over([(tp, stopped[0])])
+    assert all(m.acked and not m.tracked for m in stale + stopped)  # refused: read again
+    assert sorted(consumer._acked[tp]) == [1, 3, 4]
+    assert reports["project"] == [1, 3, 4]
+    assert consumer._engram_rewind == {tp: 5}
+
+
+def test_the_fetched_records_become_the_messages_faust_makes_of_them() -> None:
+    """The worker's fetch makes each record's message itself (faust's ``getmany``
+    asked the app for the generation at every record): it must be the message
+    faust's ``_to_message`` makes, slot for slot."""
+    app = app_for("fetched")
+    app.consumer_generation_id = 4
+    tp = TP(TOPIC, 1)
+    for timestamp in (1_732_000_000_123, None):
+        record = ConsumerRecord(
+            TOPIC, 1, 42, timestamp, 0, b"key", b"value", 99, 3, 5, [("h", b"1")]
+        )
+        ours = _message(tp, record, 4)
+        theirs = app.consumer._to_message(tp, record)
+        slots = [s for s in ConsumerMessage.__slots__ if s not in ("__weakref__", "span")]
+        assert ours.generation_id == 4 and ours.tp is tp and ours.headers == [("h", b"1")]
+        assert {s: getattr(ours, s) for s in slots} == {s: getattr(theirs, s) for s in slots}
