@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import uuid
 import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -19,9 +20,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
 
 from ops.net import free_port
+from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
 from sinks.clients import started
 from sinks.keys import KafkaKeyring, MasterKey
-from streams.logwriter import LogWriter
+from streams.logwriter import LogWriter, Record
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +78,43 @@ def test_a_keyring_that_does_not_start_keeps_no_client() -> None:
 
     assert unclosed(attempts) == []
     assert ring._consumer is None and ring._producer is None
+
+
+@pytest.mark.parametrize("one_per_batch", [True, False])
+def test_a_writer_writes_partitions_side_by_side_each_in_order(
+    broker: str, one_per_batch: bool
+) -> None:
+    """Records of several partitions, several batches in each (one record a batch, as
+    the state changelog is written, or batches filled to their limit): each partition
+    holds its records in the order given, and ``send`` reports each partition's end."""
+    topic = f"engram.test.writer.{uuid.uuid4().hex[:8]}"
+    big = 400_000  # three of these fill aiokafka's 1 MiB batch: several batches a partition
+    records = [
+        Record(
+            f"k{i}".encode(),
+            f"{i}:".encode() + b"x" * (10 if one_per_batch else big),
+            None,
+            partition=i % 4,
+        )
+        for i in range(24)
+    ]
+
+    async def write_and_read() -> tuple[dict[int, int], dict[int, list[int]]]:
+        await ensure_topics(broker, [TopicSpec(topic, 4, KEEP_FOREVER)])
+        writer = LogWriter(broker)
+        try:
+            ends = await writer.send(topic, records, one_per_batch=one_per_batch)
+        finally:
+            await writer.stop()
+        read: dict[int, list[int]] = {}
+
+        def each(batch: list[Any]) -> None:
+            for r in batch:
+                read.setdefault(r.partition, []).append(int(r.value.split(b":")[0]))
+
+        await read_to_end(broker, topic, each)
+        return ends, read
+
+    ends, read = asyncio.run(write_and_read())
+    assert read == {p: list(range(p, 24, 4)) for p in range(4)}
+    assert ends == {p: 6 for p in range(4)}
