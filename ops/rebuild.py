@@ -82,7 +82,6 @@ from rich.progress import Progress as ProgressBar
 
 from engram.service import Problem, problem
 from schemas import (
-    DERIVED_TYPES,
     BadEvent,
     Codec,
     DerivedEvent,
@@ -93,17 +92,18 @@ from schemas import (
 from schemas.avro import MAGIC
 from schemas.sealed import is_sealed, sealed_kind
 from sinks.clickhouse import (
-    CHANGE_COLUMNS,
     CHANGES,
+    FAST_TYPES,
     ClickHouseHistory,
     change_row,
+    native_coders,
     record_row,
     version_table,
 )
 from sinks.clients import offset_probe, partitions_of
 from sinks.embedding import Embedder
 from sinks.keys import OpenEvent, Unsealing
-from sinks.transcode import Transcoder, Unsupported, transcoder
+from sinks.transcode import Transcoder
 from sinks.vectors import (
     Hit,
     LendsVersions,
@@ -1044,24 +1044,6 @@ def change_rows(
             if isinstance(event, SubjectErased):
                 erasures.append(event)
     return Changes(rows, erasures, bodies)
-
-
-def native_coders(codec: Codec) -> dict[bytes, Transcoder]:
-    """The native road of every :data:`FAST_TYPES` current schema it supports, by
-    fingerprint (a schema it does not support keeps the Python road)."""
-    coders: dict[bytes, Transcoder] = {}
-    for kind in FAST_TYPES:
-        try:
-            coder = transcoder(codec.avro[kind.TYPE], CHANGE_COLUMNS)
-        except Unsupported as why:
-            log.info("%s takes the Python road in rebuilds: %s", kind.TYPE, why)
-            continue
-        coders[coder.fingerprint] = coder
-    return coders
-
-
-FAST_TYPES = frozenset(DERIVED_TYPES) - {MemoryEmbedded, SubjectErased}
-"""The derived types :func:`change_rows` turns into rows straight from their record."""
 
 
 async def rebuild(

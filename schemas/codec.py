@@ -84,6 +84,12 @@ class Codec:
         self._check_size(data)
         return data
 
+    def encode_with_clear(self, event: Event) -> tuple[bytes, bytes]:
+        """``event``'s clear Avro single-object bytes and what :meth:`encode` gives
+        (the same bytes here; a sealing codec seals them), encoded once for both."""
+        data = self.encode(event)
+        return data, data
+
     def encode_json(self, event: Event) -> bytes:
         """The JSON wire format: envelope at top level, typed ``body`` object."""
         return event.model_dump_json().encode()

@@ -291,10 +291,12 @@ class Sealer:
         :data:`RECENT` for a later open in this process (see :class:`Handoffs`): off
         where no one will (~6 µs an event, and the memory the events hold)."""
 
-    def seal(self, event: Event, inner: bytes | None = None) -> bytes:
+    def seal(self, event: Event, inner: bytes | None = None, *, remember: bool = True) -> bytes:
         """The sealed bytes of ``event`` under its subject's current data key.
         ``inner``: the event's Avro single-object bytes when the caller has them (the
-        bytes it was decoded from, whatever writer schema), to save encoding it again."""
+        bytes it was decoded from, whatever writer schema), to save encoding it again;
+        with ``remember`` (and :attr:`remember`), the sealed bytes then open to
+        ``event`` from :data:`RECENT`."""
         given = inner is not None
         if inner is None:
             inner = self.codec.encode(event)
@@ -321,7 +323,7 @@ class Sealer:
                 nonce, inner, _aad(event_id, event.type, event.agent_id, subject, key_id)
             ),
         )
-        if given and self.remember:  # decoded from ``inner``: opening ``raw`` gives it back
+        if given and remember and self.remember:  # opening ``raw`` gives ``event`` back
             RECENT.put(raw, _Handoff(event, subject, key_id, key, len(inner)))
         return raw
 
@@ -602,6 +604,14 @@ class SealingCodec(Codec):
         if self.sealer is None or event.type in CLEAR_TYPES:
             return self.encode_clear(event)
         return self.sealer.seal(event)
+
+    def encode_with_clear(self, event: Event) -> tuple[bytes, bytes]:
+        """The clear bytes of ``event`` and :meth:`encode`'s, which seals those very
+        bytes (not remembered for a later open: see :attr:`Sealer.remember`)."""
+        clear = self.encode_clear(event)
+        if self.sealer is None or event.type in CLEAR_TYPES:
+            return clear, clear
+        return clear, self.sealer.seal(event, clear, remember=False)
 
     def reseal(self, event: Event, raw: bytes) -> bytes:
         """What :meth:`encode` gives for ``event`` decoded from the clear bytes ``raw``:

@@ -595,11 +595,23 @@ def dead_letter_records(dead: Sequence[DeadLetter], codec: Codec | None = None) 
     return records
 
 
-def derived_records(codec: Codec, derived: Sequence[Event]) -> list[Record]:
-    return [
-        Record(e.agent_id.encode(), codec.encode(e), int(e.occurred_at.timestamp() * 1000))
-        for e in derived
-    ]
+def derived_records(
+    codec: Codec, derived: Sequence[Event], bodies: list[bytes] | None = None
+) -> list[Record]:
+    """The records that publish ``derived`` (sealed, by a sealing codec). With
+    ``bodies``, each event's clear Avro single-object bytes are appended to it, in
+    order (encoded once for both: the history's native road reads them)."""
+    if bodies is None:
+        return [
+            Record(e.agent_id.encode(), codec.encode(e), int(e.occurred_at.timestamp() * 1000))
+            for e in derived
+        ]
+    records = []
+    for e in derived:
+        clear, value = codec.encode_with_clear(e)
+        bodies.append(clear)
+        records.append(Record(e.agent_id.encode(), value, int(e.occurred_at.timestamp() * 1000)))
+    return records
 
 
 @dataclass
@@ -725,7 +737,8 @@ class Flusher:
         sinks = self.sinks
         if self.summariser is not None:
             group.derived = await self.summariser.rewrite(group.derived, group.sequenced)
-        derived = derived_records(sinks.codec, group.derived)
+        bodies: list[bytes] = []
+        derived = derived_records(sinks.codec, group.derived, bodies)
         dead = dead_letter_records(group.dead, sinks.codec)
         await asyncio.gather(
             retry_in_place(
@@ -733,7 +746,9 @@ class Flusher:
                     "flush.history",
                     faults.guarded(
                         "clickhouse",
-                        sinks.history.write(group.sequenced, group.derived, group.checkpoints),
+                        sinks.history.write(
+                            group.sequenced, group.derived, group.checkpoints, bodies
+                        ),
                     ),
                 ),
                 what="write history",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import struct
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ from hypothesis import strategies as st
 from pydantic_core import to_json
 
 from ops.rebuild import FAST_TYPES, ClickHouseProjection, change_rows, native_coders
-from schemas import Codec, DerivedEvent, FactSet, MemoryCreated
+from schemas import Codec, DerivedEvent, ErasedBody, FactSet, MemoryCreated, SubjectErased
 from sinks.clickhouse import CHANGE_COLUMNS, ClickHouseHistory, record_row
 from sinks.transcode import Transcoder, Unsupported, column_type, json_sql, literal, transcoder
 from tests.unit.test_schemas_roundtrip import model_strategy
@@ -266,3 +267,94 @@ def test_a_group_clickhouse_refuses_takes_the_python_road_and_the_others_stay_na
     history.insert_change_rows("by_python", change_rows(CODEC, values).rows)
     assert rows(client, "by_clickhouse") == rows(client, "by_python")
     assert len(rows(client, "by_python")) == len(values) - 1
+
+
+def folded(n: int) -> list[DerivedEvent]:
+    """The derived events of folding ``n`` of the ingest bench's interactions (working
+    memory, episodes, memories), and one drawn erasure, which no transcoder takes."""
+    from ops.bench.ingest import make_payloads
+    from processors import AgentMemory, MemoryConfig
+
+    memories: dict[str, AgentMemory] = {}
+    derived: list[DerivedEvent] = []
+    for _, value in make_payloads(n, 7):
+        event = CODEC.decode(value)
+        memory = memories.setdefault(
+            event.agent_id, AgentMemory.empty(event.agent_id, MemoryConfig())
+        )
+        derived += memory.apply(event).derived
+    base = derived[0]
+    erased = SubjectErased(
+        event_id=uuid.uuid4(),
+        agent_id=base.agent_id,
+        user_id=base.user_id,
+        occurred_at=base.occurred_at,
+        source_event_id=base.source_event_id,
+        seq=base.seq,
+        idx=9,
+        config_version=base.config_version,
+        body=ErasedBody(subject=f"user:{base.user_id}", request_id=uuid.uuid4()),
+    )
+    return [*derived, erased]
+
+
+def test_a_write_of_many_changes_has_clickhouse_build_their_rows_from_their_bodies(
+    history: ClickHouseHistory,
+) -> None:
+    """The live flush hands the history its changes with their clear Avro bytes: from
+    ``native_min`` changes on, ClickHouse builds the rows of the transcodable ones
+    from those bytes (the same rows the Python road builds from the changes); fewer,
+    and every change the transcoders do not take (an erasure), go by the Python road.
+    Which road wrote a row is told by handing bytes of other content: a row built
+    from the bytes says so."""
+    changes = folded(300)
+    kinds = {c.type for c in changes}
+    assert {"working.updated", "memory.created", "subject.erased"} <= kinds
+    bodies = [CODEC.encode(c) for c in changes]
+    client = history.client
+    for table in ("by_python", "by_clickhouse"):
+        client.command(f"TRUNCATE TABLE {table}")
+    history.native_min = len(changes)
+    history.insert_changes("by_clickhouse", changes, bodies)
+    history.insert_changes("by_python", changes)
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+    assert len(rows(client, "by_python")) == len(changes)
+
+    renamed = [
+        c.model_copy(update={"agent_id": "elsewhere"}) if c.type != "subject.erased" else c
+        for c in changes
+    ]
+    other = [CODEC.encode(c) for c in renamed]
+    client.command("TRUNCATE TABLE by_clickhouse")
+    history.insert_changes("by_clickhouse", changes, other)  # rows from the bytes
+    agents = dict(
+        client.query(
+            "SELECT type, groupUniqArray(agent_id) FROM by_clickhouse GROUP BY type"
+        ).result_rows
+    )
+    assert agents.pop("subject.erased") == [changes[-1].agent_id]  # the Python road
+    assert set(agents) == kinds - {"subject.erased"}
+    assert all(found == ["elsewhere"] for found in agents.values())
+
+    history.native_min = len(changes) + 1  # too few: every row from the changes
+    client.command("TRUNCATE TABLE by_clickhouse")
+    history.insert_changes("by_clickhouse", changes, other)
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+
+
+def test_bodies_clickhouse_refuses_leave_the_write_to_the_python_road(
+    history: ClickHouseHistory,
+) -> None:
+    """A body that does not read fails ClickHouse's whole insert; the changes it was
+    for are then written from Python: nothing is lost, nothing written twice."""
+    changes = folded(120)
+    bodies = [CODEC.encode(c) for c in changes]
+    bodies[3] = bodies[3][: 10 + (len(bodies[3]) - 10) // 2]  # cut short
+    client = history.client
+    for table in ("by_python", "by_clickhouse"):
+        client.command(f"TRUNCATE TABLE {table}")
+    history.native_min = 1
+    history.insert_changes("by_clickhouse", changes, bodies)
+    history.insert_changes("by_python", changes)
+    assert rows(client, "by_clickhouse") == rows(client, "by_python")
+    assert len(rows(client, "by_python")) == len(changes)
