@@ -66,6 +66,7 @@ from pydantic_core import to_json
 from schemas import DERIVED_TYPES, Codec, DerivedEvent, Event, MemoryEmbedded, SubjectErased
 from schemas.avro import MAGIC
 from schemas.base import INT64_MAX
+from schemas.raw import RAW_TYPES
 from schemas.sealed import SEALED_HEADER
 from sinks.clickhouse_erasure import (
     INSERT_SETTINGS,
@@ -75,7 +76,15 @@ from sinks.clickhouse_erasure import (
     purge,
     purge_rebuilt,
 )
-from sinks.transcode import SOURCE, Transcoder, Unsupported, literal, transcoder
+from sinks.transcode import (
+    SOURCE,
+    Transcoder,
+    Unsupported,
+    archive_record,
+    archive_transcoder,
+    literal,
+    transcoder,
+)
 
 T = TypeVar("T")
 
@@ -674,12 +683,27 @@ def native_coders(codec: Codec) -> dict[bytes, Transcoder]:
     return coders
 
 
-NATIVE_MIN_CHANGES = 2_000
-"""How many changes one write needs before their rows are built by ClickHouse from
-their Avro bodies (:meth:`ClickHouseHistory.insert_changes`). Below it the Python
-road is quicker: ClickHouse plans the transcoding query anew at each insert (~50 ms
-of CPU with chdb), while building a row in Python costs ~6 µs, and ~3 µs more to
-write it in clickhouse-connect's columns, all of it holding the interpreter lock."""
+def archive_coders(codec: Codec) -> dict[bytes, Transcoder]:
+    """The native road to ``events`` of every raw type's current schema it supports,
+    by fingerprint (:func:`sinks.transcode.archive_transcoder`)."""
+    coders: dict[bytes, Transcoder] = {}
+    for kind in RAW_TYPES:
+        try:
+            coder = archive_transcoder(codec.avro[kind.TYPE], EVENT_COLUMNS)
+        except Unsupported as why:
+            log.info("%s is archived by the Python road: %s", kind.TYPE, why)
+            continue
+        coders[coder.fingerprint] = coder
+    return coders
+
+
+NATIVE_MIN_ROWS = 2_000
+"""How many rows of a table one write needs before ClickHouse builds them from their
+Avro bytes (:meth:`ClickHouseHistory.insert_changes`,
+:meth:`ClickHouseHistory.insert_events`). Below it the Python road is quicker:
+ClickHouse plans the transcoding query anew at each insert (~50 ms of CPU with chdb),
+while building a row in Python costs ~6 µs, and ~3 µs more to write it in
+clickhouse-connect's columns, all of it holding the interpreter lock."""
 
 
 class ClickHouseHistory:
@@ -703,9 +727,10 @@ class ClickHouseHistory:
         """Per agent, the sequence of the last checkpoint this writer retained."""
         self._types: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         """Per table and columns, the columns' type names (see :meth:`insert`)."""
-        self.native_min = NATIVE_MIN_CHANGES
-        """The fewest changes a write transcodes natively (see :meth:`insert_changes`)."""
+        self.native_min = NATIVE_MIN_ROWS
+        """The fewest rows of a table a write has ClickHouse build (:data:`NATIVE_MIN_ROWS`)."""
         self._coders: dict[bytes, Transcoder] | None = None
+        self._archive_coders: dict[bytes, Transcoder] | None = None
         self.purged: Callable[[str], None] | None = None
         """Called with each table's name as an erasure's purge finishes it (a hook
         for the crash tests; see :func:`sinks.clickhouse_erasure.purge`)."""
@@ -786,7 +811,7 @@ class ClickHouseHistory:
         bodies: Sequence[bytes] | None = None,
     ) -> None:
         if events:
-            self.insert("events", [event_row(e) for e in events], EVENT_COLUMNS)
+            self.insert_events(events)
         if changes:
             self.insert_changes(CHANGES, changes, bodies)
         if checkpoints:
@@ -980,6 +1005,50 @@ class ClickHouseHistory:
         if python:
             self.insert(table, [change_row(c) for c in python], CHANGE_COLUMNS)
 
+    def insert_events(self, events: Sequence[SequencedEvent]) -> None:
+        """Insert the ``events`` archive rows of ``events``. With at least
+        :attr:`native_min` of them, those whose payload is Avro of a current raw
+        schema go to ClickHouse as archive records
+        (:func:`~sinks.transcode.archive_record`), and ClickHouse builds their rows
+        (the rows :func:`event_row` builds, value for value:
+        ``tests/integration/test_transcode.py``); the others (JSON, an older schema,
+        bytes of another type), and all of them if ClickHouse refuses the records,
+        take the Python road (:func:`event_row`)."""
+        python: list[SequencedEvent] = list(events)
+        if len(events) >= self.native_min:
+            if self._archive_coders is None:
+                self._archive_coders = archive_coders(Codec())
+            coders = self._archive_coders
+            groups: dict[bytes, list[bytes]] = {}
+            native: list[SequencedEvent] = []
+            python = []
+            for item in events:
+                payload = item.payload
+                coder = coders.get(payload[2:10]) if payload[:2] == MAGIC else None
+                if coder is not None and coder.event_type == item.event.type:
+                    groups.setdefault(coder.fingerprint, []).append(
+                        archive_record(item.seq, payload)
+                    )
+                    native.append(item)
+                else:
+                    python.append(item)
+            if groups:
+                try:
+                    self.insert_bodies(
+                        "events",
+                        [(coders[fp], group) for fp, group in groups.items()],
+                        EVENT_COLUMNS,
+                    )
+                except Exception:
+                    log.warning(
+                        "ClickHouse did not transcode %d events; their rows are built here",
+                        len(native),
+                        exc_info=True,
+                    )
+                    python += native
+        if python:
+            self.insert("events", [event_row(e) for e in python], EVENT_COLUMNS)
+
     def coders(self) -> dict[bytes, Transcoder]:
         """:func:`native_coders` of the current schemas, made on first use."""
         if self._coders is None:
@@ -991,10 +1060,14 @@ class ClickHouseHistory:
             self.insert(table, rows, CHANGE_COLUMNS)
 
     def insert_bodies(
-        self, table: str, groups: Sequence[tuple[Transcoder, Sequence[bytes]]]
+        self,
+        table: str,
+        groups: Sequence[tuple[Transcoder, Sequence[bytes]]],
+        columns: Sequence[str] = CHANGE_COLUMNS,
     ) -> None:
-        """Insert into ``table`` the ``memory_changes`` rows of each group's ``bodies``
-        (Avro bodies of its transcoder's schema), transcoded by ClickHouse
+        """Insert into ``columns`` of ``table`` (``memory_changes``' by default, or the
+        ``events`` archive's) the rows of each group's ``bodies`` (Avro bodies of its
+        transcoder's schema), transcoded by ClickHouse
         (:mod:`sinks.transcode`), each group from a container file of its own. chdb reads
         the files from temporary paths (``file()``), all groups in one ``INSERT …
         SELECT … UNION ALL …`` (one plan, one part per partition, the groups read in
@@ -1004,7 +1077,7 @@ class ClickHouseHistory:
         groups = [(coder, bodies) for coder, bodies in groups if bodies]
         if not groups:
             return
-        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(CHANGE_COLUMNS)}) "
+        head = f"INSERT INTO {quote_identifier(table)} ({', '.join(columns)}) "
         if not type(self.client).__module__.endswith("_chdbclient"):
             for coder, bodies in groups:
                 select = f"SELECT {', '.join(coder.select)} FROM input({literal(coder.structure)})"

@@ -406,15 +406,53 @@ def transcoder(avro_type: AvroType, change_columns: Sequence[str]) -> Transcoder
     """The :class:`Transcoder` of ``avro_type``'s current schema, whose columns
     (``change_columns``) are those of ``memory_changes``; Unsupported when a node of
     the schema has no native road, or a column has no source."""
+    return _transcoder(avro_type, change_columns, ())
+
+
+ARCHIVE_FIELDS = (("seq", "long", "Int64"), ("payload", "bytes", "String"))
+"""What an ``events`` archive record holds before the event's own fields: the column,
+its Avro type and the staging type (see :func:`archive_transcoder`)."""
+
+_ARCHIVE_PREFIX = "_archive_"
+
+
+def archive_transcoder(avro_type: AvroType, event_columns: Sequence[str]) -> Transcoder:
+    """The :class:`Transcoder` of the ``events`` archive rows (``event_columns``) of
+    raw events of ``avro_type``'s current schema. Its records are the event's
+    sequence number (``long``) and archived payload (``bytes``: the event's Avro
+    single-object bytes), then the event's own record, field for field:
+    :func:`archive_record` of the payload. Unsupported as :func:`transcoder`."""
+    return _transcoder(avro_type, event_columns, ARCHIVE_FIELDS)
+
+
+def archive_record(seq: int, payload: bytes) -> bytes:
+    """The body of an :func:`archive_transcoder` record: ``payload`` (single-object
+    bytes of the transcoder's schema) with its sequence number and itself in front."""
+    return write_long(seq) + write_bytes(payload) + payload[10:]
+
+
+def _transcoder(
+    avro_type: AvroType, columns_out: Sequence[str], extra: Sequence[tuple[str, str, str]]
+) -> Transcoder:
+    """A transcoder whose records are ``extra`` fields (column, Avro type, staging
+    type; each read into the column of its name) and then ``avro_type``'s record."""
     schema = avro_type.schema
     walk = _Schema()
     fields = {str(f["name"]): f["type"] for f in schema["fields"]}
-    columns = tuple((name, walk.column_type(node)) for name, node in fields.items())
+    added = {column: _ARCHIVE_PREFIX + column for column, _, _ in extra}
+    if set(added.values()) & set(fields):
+        raise Unsupported(f"a field named like {sorted(added.values())}")
+    columns = (
+        *((added[column], staged) for column, _, staged in extra),
+        *((name, walk.column_type(node)) for name, node in fields.items()),
+    )
     body = walk.resolve(fields.get("body"))
     body_fields = {str(f["name"]) for f in body["fields"]} if isinstance(body, dict) else set[str]()
     select: list[str] = []
-    for column in change_columns:
-        if column == "body":
+    for column in columns_out:
+        if column in added:
+            select.append(f"{SOURCE}.{_ident(added[column])}")
+        elif column == "body":
             no_body = body is None
             select.append("'{}'" if no_body else walk.json(body, f"{SOURCE}.body", _Names()))
         elif column == "memory_id":
@@ -427,6 +465,15 @@ def transcoder(avro_type: AvroType, change_columns: Sequence[str]) -> Transcoder
             select.append(f"{SOURCE}.{_ident(column)}")
         else:
             raise Unsupported(f"no field for the column {column!r}")
+    if extra:
+        schema = {
+            "type": "record",
+            "name": "engram.archive.Row",
+            "fields": [
+                *({"name": added[column], "type": kind} for column, kind, _ in extra),
+                *schema["fields"],
+            ],
+        }
     return Transcoder(
         event_type=avro_type.event_type.TYPE,
         fingerprint=avro_type.header[2:],
