@@ -51,7 +51,7 @@ import asyncio
 import logging
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -64,7 +64,7 @@ from clickhouse_connect.driver.client import Client
 from pydantic_core import to_json
 
 from schemas import DERIVED_TYPES, Codec, DerivedEvent, Event, MemoryEmbedded, SubjectErased
-from schemas.avro import MAGIC
+from schemas.avro import MAGIC, AvroType
 from schemas.base import INT64_MAX
 from schemas.raw import RAW_TYPES
 from schemas.sealed import SEALED_HEADER
@@ -87,6 +87,7 @@ from sinks.transcode import (
 )
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 log = logging.getLogger("engram.sinks.clickhouse")
 
@@ -670,31 +671,40 @@ an erasure also purges, an embedding has no row."""
 
 
 def native_coders(codec: Codec) -> dict[bytes, Transcoder]:
-    """The native road of every :data:`FAST_TYPES` current schema it supports, by
-    fingerprint (a schema it does not support keeps the Python road)."""
-    coders: dict[bytes, Transcoder] = {}
-    for kind in FAST_TYPES:
-        try:
-            coder = transcoder(codec.avro[kind.TYPE], CHANGE_COLUMNS)
-        except Unsupported as why:
-            log.info("%s takes the Python road: %s", kind.TYPE, why)
-            continue
-        coders[coder.fingerprint] = coder
-    return coders
+    """The native road to ``memory_changes`` of every :data:`FAST_TYPES` current
+    schema it supports, by fingerprint (a schema it does not support keeps the
+    Python road)."""
+    return _coders(codec, FAST_TYPES, lambda avro: transcoder(avro, CHANGE_COLUMNS))
 
 
 def archive_coders(codec: Codec) -> dict[bytes, Transcoder]:
     """The native road to ``events`` of every raw type's current schema it supports,
     by fingerprint (:func:`sinks.transcode.archive_transcoder`)."""
+    return _coders(codec, RAW_TYPES, lambda avro: archive_transcoder(avro, EVENT_COLUMNS))
+
+
+def _coders(
+    codec: Codec, types: Iterable[type[Event]], make: Callable[[AvroType], Transcoder]
+) -> dict[bytes, Transcoder]:
     coders: dict[bytes, Transcoder] = {}
-    for kind in RAW_TYPES:
+    for kind in types:
         try:
-            coder = archive_transcoder(codec.avro[kind.TYPE], EVENT_COLUMNS)
+            coder = make(codec.avro[kind.TYPE])
         except Unsupported as why:
-            log.info("%s is archived by the Python road: %s", kind.TYPE, why)
+            log.info("%s takes the Python road to ClickHouse: %s", kind.TYPE, why)
             continue
         coders[coder.fingerprint] = coder
     return coders
+
+
+def _body(_: DerivedEvent, data: bytes) -> bytes:
+    """The record of a derived event's bytes: its Avro body."""
+    return data[10:]
+
+
+def _archive_record(item: SequencedEvent, payload: bytes) -> bytes:
+    """The archive record of a raw event's payload (:func:`sinks.transcode.archive_record`)."""
+    return archive_record(item.seq, payload)
 
 
 NATIVE_MIN_ROWS = 2_000
@@ -981,27 +991,8 @@ class ClickHouseHistory:
         ClickHouse refuses the bodies, takes the Python road (:func:`change_row`)."""
         python: list[DerivedEvent] = list(changes)
         if bodies is not None and len(changes) >= self.native_min:
-            coders = self.coders()
-            groups: dict[bytes, list[bytes]] = {}
-            native: list[DerivedEvent] = []
-            python = []
-            for change, body in zip(changes, bodies, strict=True):
-                coder = coders.get(body[2:10]) if body[:2] == MAGIC else None
-                if coder is not None and coder.event_type == change.type:
-                    groups.setdefault(coder.fingerprint, []).append(body[10:])
-                    native.append(change)
-                else:
-                    python.append(change)
-            if groups:
-                try:
-                    self.insert_bodies(table, [(coders[fp], group) for fp, group in groups.items()])
-                except Exception:
-                    log.warning(
-                        "ClickHouse did not transcode %d changes; their rows are built here",
-                        len(native),
-                        exc_info=True,
-                    )
-                    python += native
+            coded = zip(changes, (c.type for c in changes), bodies, strict=True)
+            python = self._transcode(table, CHANGE_COLUMNS, self.coders(), coded, _body)
         if python:
             self.insert(table, [change_row(c) for c in python], CHANGE_COLUMNS)
 
@@ -1018,36 +1009,47 @@ class ClickHouseHistory:
         if len(events) >= self.native_min:
             if self._archive_coders is None:
                 self._archive_coders = archive_coders(Codec())
-            coders = self._archive_coders
-            groups: dict[bytes, list[bytes]] = {}
-            native: list[SequencedEvent] = []
-            python = []
-            for item in events:
-                payload = item.payload
-                coder = coders.get(payload[2:10]) if payload[:2] == MAGIC else None
-                if coder is not None and coder.event_type == item.event.type:
-                    groups.setdefault(coder.fingerprint, []).append(
-                        archive_record(item.seq, payload)
-                    )
-                    native.append(item)
-                else:
-                    python.append(item)
-            if groups:
-                try:
-                    self.insert_bodies(
-                        "events",
-                        [(coders[fp], group) for fp, group in groups.items()],
-                        EVENT_COLUMNS,
-                    )
-                except Exception:
-                    log.warning(
-                        "ClickHouse did not transcode %d events; their rows are built here",
-                        len(native),
-                        exc_info=True,
-                    )
-                    python += native
+            coded = ((e, e.event.type, e.payload) for e in events)
+            python = self._transcode(
+                "events", EVENT_COLUMNS, self._archive_coders, coded, _archive_record
+            )
         if python:
             self.insert("events", [event_row(e) for e in python], EVENT_COLUMNS)
+
+    def _transcode(
+        self,
+        table: str,
+        columns: Sequence[str],
+        coders: dict[bytes, Transcoder],
+        items: Iterable[tuple[R, str, bytes]],
+        record: Callable[[R, bytes], bytes],
+    ) -> list[R]:
+        """Have ClickHouse write the rows of the ``items`` (each with its event type
+        and Avro single-object bytes) whose bytes one of ``coders`` reads as that type,
+        from ``record(item, bytes)``; return the others, left to the Python road (all
+        of them when ClickHouse refuses the records)."""
+        groups: dict[bytes, list[bytes]] = {}
+        native: list[R] = []
+        python: list[R] = []
+        for item, kind, data in items:
+            coder = coders.get(data[2:10]) if data[:2] == MAGIC else None
+            if coder is not None and coder.event_type == kind:
+                groups.setdefault(coder.fingerprint, []).append(record(item, data))
+                native.append(item)
+            else:
+                python.append(item)
+        if groups:
+            try:
+                self.insert_bodies(table, [(coders[f], g) for f, g in groups.items()], columns)
+            except Exception:
+                log.warning(
+                    "ClickHouse did not transcode %d rows of %s; they are built here",
+                    len(native),
+                    table,
+                    exc_info=True,
+                )
+                python += native
+        return python
 
     def coders(self) -> dict[bytes, Transcoder]:
         """:func:`native_coders` of the current schemas, made on first use."""
