@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
@@ -739,8 +740,6 @@ class ClickHouseHistory:
         """Per table and columns, the columns' type names (see :meth:`insert`)."""
         self.native_min = NATIVE_MIN_ROWS
         """The fewest rows of a table a write has ClickHouse build (:data:`NATIVE_MIN_ROWS`)."""
-        self._coders: dict[bytes, Transcoder] | None = None
-        self._archive_coders: dict[bytes, Transcoder] | None = None
         self.purged: Callable[[str], None] | None = None
         """Called with each table's name as an erasure's purge finishes it (a hook
         for the crash tests; see :func:`sinks.clickhouse_erasure.purge`)."""
@@ -992,7 +991,7 @@ class ClickHouseHistory:
         python: list[DerivedEvent] = list(changes)
         if bodies is not None and len(changes) >= self.native_min:
             coded = zip(changes, (c.type for c in changes), bodies, strict=True)
-            python = self._transcode(table, CHANGE_COLUMNS, self.coders(), coded, _body)
+            python = self._transcode(table, CHANGE_COLUMNS, self.change_coders, coded, _body)
         if python:
             self.insert(table, [change_row(c) for c in python], CHANGE_COLUMNS)
 
@@ -1007,11 +1006,9 @@ class ClickHouseHistory:
         take the Python road (:func:`event_row`)."""
         python: list[SequencedEvent] = list(events)
         if len(events) >= self.native_min:
-            if self._archive_coders is None:
-                self._archive_coders = archive_coders(Codec())
             coded = ((e, e.event.type, e.payload) for e in events)
             python = self._transcode(
-                "events", EVENT_COLUMNS, self._archive_coders, coded, _archive_record
+                "events", EVENT_COLUMNS, self.event_coders, coded, _archive_record
             )
         if python:
             self.insert("events", [event_row(e) for e in python], EVENT_COLUMNS)
@@ -1051,11 +1048,15 @@ class ClickHouseHistory:
                 python += native
         return python
 
-    def coders(self) -> dict[bytes, Transcoder]:
+    @cached_property
+    def change_coders(self) -> dict[bytes, Transcoder]:
         """:func:`native_coders` of the current schemas, made on first use."""
-        if self._coders is None:
-            self._coders = native_coders(Codec())
-        return self._coders
+        return native_coders(Codec())
+
+    @cached_property
+    def event_coders(self) -> dict[bytes, Transcoder]:
+        """:func:`archive_coders` of the current schemas, made on first use."""
+        return archive_coders(Codec())
 
     def insert_change_rows(self, table: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:

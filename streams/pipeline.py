@@ -601,15 +601,11 @@ def derived_records(
     """The records that publish ``derived`` (sealed, by a sealing codec). With
     ``bodies``, each event's clear Avro single-object bytes are appended to it, in
     order (encoded once for both: the history's native road reads them)."""
-    if bodies is None:
-        return [
-            Record(e.agent_id.encode(), codec.encode(e), int(e.occurred_at.timestamp() * 1000))
-            for e in derived
-        ]
     records = []
     for e in derived:
         clear, value = codec.encode_with_clear(e)
-        bodies.append(clear)
+        if bodies is not None:
+            bodies.append(clear)
         records.append(Record(e.agent_id.encode(), value, int(e.occurred_at.timestamp() * 1000)))
     return records
 
