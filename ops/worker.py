@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 from typing import TYPE_CHECKING
 
 import faust
@@ -105,23 +107,41 @@ class StackWorker(Worker):
             await asyncio.sleep(0)
 
 
-GC_THRESHOLDS = (50_000, 20, 100)
-"""The worker's garbage-collector thresholds (Python's defaults: 700, 10, 10).
+GC_SWEEP_S = 60.0
+"""How often the worker's garbage collector looks for cycles, in seconds.
 
-The worker allocates many short-lived objects per event (decoded events, derived
-events, rows) beside a large long-lived heap (fold state, tables, models), and with
-the defaults the collector's passes over that heap cost about a quarter of its time:
-``ops/bench/ingest.py --events 30000 --modes direct`` ran 2 233 / 2 333 events/s with
-the defaults and 3 031 / 3 124 with these thresholds and the heap frozen at start,
-alternated in one session (BENCHMARKS.md). Cycles are still collected, less often."""
+The worker holds a large heap that lives for seconds to hours (the fold's state,
+events on their way to a flush, caches), and Python's collector, driven by counts of
+allocations, went over it again and again: with thresholds (50 000, 20, 100) and the
+heap frozen at start, about 50 young and 2 middle passes per 100 000 events, ~2 s of
+the worker's ~19 s (``ops/bench/ingest.py``, BENCHMARKS.md). Yet almost nothing the
+worker drops is a cycle (it is freed at once by its reference count): about 1 600
+objects of cyclic garbage, ~130 KB, per 50 000 events, once the history's inserts
+stopped leaving theirs (:meth:`sinks.clickhouse.ClickHouseHistory.insert`). So the
+automatic collector is off, and one full pass runs every ``GC_SWEEP_S`` instead:
+cyclic garbage waits at most that long."""
+
+_swept: list[threading.Thread] = []
 
 
-def tune_gc() -> None:
+def tune_gc(sweep_s: float = GC_SWEEP_S) -> None:
     """Move what the process holds at start (modules, the app) out of the collector's
-    reach (``gc.freeze``) and collect less often (:data:`GC_THRESHOLDS`)."""
+    reach (``gc.freeze``), turn the automatic collector off and collect cycles every
+    ``sweep_s`` seconds on a daemon thread instead (:data:`GC_SWEEP_S`; one thread per
+    process, however often this is called)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
+    gc.disable()
+    if not _swept:
+        sweeper = threading.Thread(target=_sweep, args=(sweep_s,), name="engram-gc", daemon=True)
+        _swept.append(sweeper)
+        sweeper.start()
+
+
+def _sweep(every_s: float) -> None:
+    while True:
+        time.sleep(every_s)
+        gc.collect()
 
 
 def run_worker(

@@ -757,24 +757,29 @@ class ClickHouseHistory:
         before every insert, a query that on chdb took about as long as the insert
         itself. A table's types are taken as fixed between migrations (engram's own
         versions of a table keep its structure); :meth:`ensure_schema` forgets them all,
-        and a failed insert forgets its own (read again at the next one)."""
+        and a failed insert forgets its own (read again at the next one).
+
+        Nothing of the insert outlives it: clickhouse-connect's insert context refers to
+        itself (a bound method in its own attributes), and would hold ``rows`` until the
+        garbage collector's next pass over cycles, which the worker makes rare
+        (:func:`ops.worker.tune_gc`); the context is emptied once the insert ends."""
         key = (table, tuple(columns))
         types = self._types.get(key)
         if types is None:
             described = self.client.query(f"DESCRIBE TABLE {quote_identifier(table)}")
             known = {str(row[0]): str(row[1]) for row in described.result_rows}
             types = self._types[key] = [known[c] for c in columns]
+        context = self.client.create_insert_context(
+            table, list(columns), column_type_names=types, settings=INSERT_SETTINGS
+        )
         try:
-            self.client.insert(
-                table,
-                rows,
-                column_names=list(columns),
-                column_type_names=types,
-                settings=INSERT_SETTINGS,
-            )
+            context.data = rows
+            self.client.data_insert(context)
         except Exception:
             self._types.pop(key, None)
             raise
+        finally:
+            vars(context).clear()  # used once: its cycle and the rows go now
 
     # -- DDL --------------------------------------------------------------
     def ensure_schema(self) -> int:

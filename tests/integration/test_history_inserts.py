@@ -4,6 +4,7 @@ forgets them all; the layout of the tables and the columns ClickHouse reads for 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,6 +47,22 @@ def test_types_are_read_once_and_the_rows_land(history: ClickHouseHistory) -> No
     assert history._types[("t", ("id", "name", "note"))] == ["UInt32", "String", "Nullable(String)"]
     history.insert("t", [[3, "three", None]], ["id", "name", "note"])
     assert rows(history.client) == [(1, "一", None), (2, "two", "n"), (3, "three", None)]
+
+
+def test_an_insert_leaves_no_cycle_for_the_collector(history: ClickHouseHistory) -> None:
+    """The worker collects cycles once a minute (ops.worker.tune_gc): an insert's rows
+    must not wait for it inside clickhouse-connect's self-referring insert context."""
+    history.insert("t", [[0, "warm", None]], ["id", "name", "note"])  # types read, caches made
+    gc.collect()
+    gc.disable()
+    try:
+        for start in (1, 3):  # the second insert reuses nothing of the first
+            history.insert("t", [[start, "a", None], [start + 1, "b", "n"]], ["id", "name", "note"])
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found == 0
+    assert len(rows(history.client)) == 5
 
 
 def test_a_failed_insert_forgets_the_types_and_the_next_reads_them_again(
