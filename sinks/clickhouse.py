@@ -73,6 +73,7 @@ from sinks.clickhouse_erasure import (
     INSERT_SETTINGS,
     agent_waves,
     exclusion_ddl,
+    insert_rows,
     kept_rows,
     purge,
     purge_rebuilt,
@@ -759,27 +760,18 @@ class ClickHouseHistory:
         versions of a table keep its structure); :meth:`ensure_schema` forgets them all,
         and a failed insert forgets its own (read again at the next one).
 
-        Nothing of the insert outlives it: clickhouse-connect's insert context refers to
-        itself (a bound method in its own attributes), and would hold ``rows`` until the
-        garbage collector's next pass over cycles, which the worker makes rare
-        (:func:`ops.worker.tune_gc`); the context is emptied once the insert ends."""
+        Nothing of the insert outlives it (:func:`insert_rows`)."""
         key = (table, tuple(columns))
         types = self._types.get(key)
         if types is None:
             described = self.client.query(f"DESCRIBE TABLE {quote_identifier(table)}")
             known = {str(row[0]): str(row[1]) for row in described.result_rows}
             types = self._types[key] = [known[c] for c in columns]
-        context = self.client.create_insert_context(
-            table, list(columns), column_type_names=types, settings=INSERT_SETTINGS
-        )
         try:
-            context.data = rows
-            self.client.data_insert(context)
+            insert_rows(self.client, table, rows, columns, types)
         except Exception:
             self._types.pop(key, None)
             raise
-        finally:
-            vars(context).clear()  # used once: its cycle and the rows go now
 
     # -- DDL --------------------------------------------------------------
     def ensure_schema(self) -> int:
@@ -799,8 +791,8 @@ class ClickHouseHistory:
             if version == READ_COLUMNS_VERSION:  # a version may be swapped in later
                 for kept in sorted(self.table_versions()):
                     self.client.command(add_read_columns(version_table(kept)))
-            self.client.insert(
-                "engram_ddl", [[version, datetime.now(UTC)]], column_names=["version", "applied_at"]
+            insert_rows(
+                self.client, "engram_ddl", [[version, datetime.now(UTC)]], ["version", "applied_at"]
             )
             current = version
         return current
@@ -886,7 +878,7 @@ class ClickHouseHistory:
         ]
         made = [_receipt_row(r) for r in receipts if r is not None]
         if made:
-            self.client.insert("erasures", made, column_names=ERASURE_COLUMNS)
+            insert_rows(self.client, "erasures", made, ERASURE_COLUMNS)
         return receipts
 
     def purge_rebuilt(
@@ -970,8 +962,8 @@ class ClickHouseHistory:
         now = datetime.now(UTC)
         rows = [[e.body.request_id, e.agent_id, points, now] for e, points in erased]
         if rows:
-            self.client.insert(
-                "erasure_vectors", rows, column_names=["request_id", "agent_id", "points", "at"]
+            insert_rows(
+                self.client, "erasure_vectors", rows, ["request_id", "agent_id", "points", "at"]
             )
 
     async def write_changes(self, table: str, changes: Sequence[DerivedEvent]) -> None:

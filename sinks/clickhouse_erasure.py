@@ -47,6 +47,34 @@ backfill or an import of years of history must not fail the write for ever (Clic
 refuses more than 100 partitions per insert by default)."""
 DELETE_SYNC = {"lightweight_deletes_sync": 2}
 """A lightweight DELETE returns once the rows are gone (on every replica, on a server)."""
+
+
+def insert_rows(
+    client: Client,
+    table: str,
+    rows: Sequence[Sequence[Any]],
+    columns: Sequence[str],
+    types: Sequence[str] | None = None,
+) -> None:
+    """``client.insert`` of ``rows`` into ``columns`` of ``table`` (of type names
+    ``types`` when known, else asked of the server), with :data:`INSERT_SETTINGS`, and
+    nothing of it left behind: clickhouse-connect's insert context refers to itself (a
+    bound method in its own attributes) and would hold ``rows`` until the garbage
+    collector's next pass over cycles, which the worker makes rare
+    (:func:`ops.worker.tune_gc`); the context is emptied once the insert ends."""
+    context = client.create_insert_context(
+        table,
+        list(columns),
+        column_type_names=None if types is None else list(types),
+        settings=INSERT_SETTINGS,
+    )
+    try:
+        context.data = rows
+        client.data_insert(context)
+    finally:
+        vars(context).clear()  # used once: its cycle and the rows go now
+
+
 CHECKPOINT_TABLES = ("agent_states", "agent_checkpoints")
 """The tables of the agents' fold states: the latest one, and those kept by position."""
 _ROW = "cityHash64(agent_id, seq, idx, body)"
@@ -175,7 +203,7 @@ class Purge:
             more, old = self.fact_rewrites(table, others, namespace, key)
             changed, stale = changed + more, stale + old
         if changed:
-            self.client.insert(table, changed, column_names=self.columns, settings=INSERT_SETTINGS)
+            insert_rows(self.client, table, changed, self.columns)
         self.rewritten[table] = len(stale)
         self.stale[table] = stale
         self.params[f"old{self.tag}"] = stale
@@ -447,9 +475,7 @@ class Wave:
         documents = self.documents()
         changed, stale = self.rewrites(documents)
         if changed:
-            self.client.insert(
-                self.table, changed, column_names=list(self.columns), settings=INSERT_SETTINGS
-            )
+            insert_rows(self.client, self.table, changed, self.columns)
         self.delete(self.memory_ids(), stale)
 
     def owns(self, row: Sequence[Any], agent: str) -> bool:

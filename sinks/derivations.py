@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from processors import MemoryConfig
 from sinks.clickhouse import ClickHouseHistory
+from sinks.clickhouse_erasure import insert_rows
 
 TABLE = "derivations"
 DDL = (
@@ -111,7 +112,7 @@ class Derivations:
             json.dumps({str(p): o for p, o in sorted(done.memory_starts.items())}),
             datetime.now(UTC),
         ]
-        self.history.client.insert(TABLE, [row], column_names=COLUMNS)
+        insert_rows(self.history.client, TABLE, [row], COLUMNS)
         return done
 
     def all(self) -> list[Derivation]:
