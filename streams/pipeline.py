@@ -600,11 +600,15 @@ def derived_records(
 ) -> list[Record]:
     """The records that publish ``derived`` (sealed, by a sealing codec). With
     ``bodies``, each event's clear Avro single-object bytes are appended to it, in
-    order (encoded once for both: the history's native road reads them)."""
+    order (encoded once for both: the history's native road reads them). Without
+    ``bodies``, each is :meth:`~schemas.Codec.encode`'d (a sealing codec's sealer then
+    remembers it, as its ``remember`` says)."""
     records = []
     for e in derived:
-        clear, value = codec.encode_with_clear(e)
-        if bodies is not None:
+        if bodies is None:
+            value = codec.encode(e)
+        else:
+            clear, value = codec.encode_with_clear(e)
             bodies.append(clear)
         records.append(Record(e.agent_id.encode(), value, int(e.occurred_at.timestamp() * 1000)))
     return records
