@@ -333,6 +333,13 @@ class Sealer:
 
     def open(self, raw: bytes) -> Event:
         """The event inside ``raw`` (see the module's contract)."""
+        return self.open_clear(raw)[0]
+
+    def open_clear(self, raw: bytes) -> tuple[Event, bytes | None]:
+        """:meth:`open`'s event and the clear bytes it was sealed from: the event's
+        single-object bytes as its sealer encoded them (Avro, of whatever writer
+        schema), authenticated and matched to the envelope; None for the bytes when the
+        event came from :data:`RECENT` (nothing was decrypted). Raises as :meth:`open`."""
         handoff = RECENT.get(raw)
         if (
             handoff is not None
@@ -340,10 +347,10 @@ class Sealer:
             and len(raw) <= self.codec.max_bytes + OVERHEAD
             and self.keyring.find(handoff.subject, handoff.key_id) == handoff.key
         ):
-            return handoff.event
-        event = self._open_read_by_hand(raw)
-        if event is not None:
-            return event
+            return handoff.event, None
+        opened = self._open_read_by_hand(raw)
+        if opened is not None:
+            return opened
         record = self._record(raw)
         envelope = _envelope(record)
         key = self.keyring.find(envelope.subject, envelope.key_id)
@@ -367,10 +374,10 @@ class Sealer:
             raise BadEvent(f"sealed {envelope.type} does not match its clear envelope", raw)
         if self.remember:
             RECENT.put(raw, _Handoff(event, envelope.subject, envelope.key_id, key, len(inner)))
-        return event
+        return event, inner
 
-    def _open_read_by_hand(self, raw: bytes) -> Event | None:
-        """:meth:`open`'s result when the envelope, read by :func:`_sealed_fields`, is
+    def _open_read_by_hand(self, raw: bytes) -> tuple[Event, bytes] | None:
+        """:meth:`open_clear`'s result when the envelope, read by :func:`_sealed_fields`, is
         well formed, its key known, the ciphertext authentic and the event inside
         matches the envelope field for field (its id in canonical form); else None, and
         the caller takes fastavro's road, which raises what is wrong. When this gives an
@@ -412,7 +419,7 @@ class Sealer:
             return None
         if self.remember:
             RECENT.put(raw, _Handoff(event, subject, key_id, key, len(inner)))
-        return event
+        return event, inner
 
     def inner(self, raw: bytes) -> bytes | None:
         """The clear bytes inside sealed ``raw``, authenticated and matched to the
@@ -628,19 +635,26 @@ class SealingCodec(Codec):
         under a destroyed key (counted in :attr:`shredded`: skip it). Raises
         :class:`UnknownKey` (refresh the keyring, try again) and BadEvent (the bytes
         are bad, or sealed and this codec has no keys)."""
+        return self.open_clear(raw)[0]
+
+    def open_clear(self, raw: bytes) -> tuple[Event | None, bytes | None]:
+        """:meth:`open`'s event and, for sealed ``raw``, the clear bytes inside it when
+        they were decrypted (:meth:`Sealer.open_clear`); None for the bytes of clear
+        ``raw`` (they are ``raw``), of a shredded event and of one from :data:`RECENT`.
+        Raises as :meth:`open`."""
         if not is_sealed(raw):
-            return self.decode(raw)
+            return self.decode(raw), None
         if self.sealer is None:
             raise BadEvent("a sealed event, and this reader has no keys (ENGRAM_SEAL=off?)", raw)
         try:
-            event = self.sealer.open(raw)
+            event, inner = self.sealer.open_clear(raw)
         except Shredded as gone:
             self.shredded += 1
             log.debug("skipped a shredded event: %s", gone)
-            return None
+            return None, None
         if event.type not in self.accept:
             raise BadEvent(f"event type {event.type!r} is not accepted here", raw)
-        return event
+        return event, inner
 
     def kind(self, raw: bytes) -> str | None:
         """The type of the event in ``raw`` read from its header alone (the clear

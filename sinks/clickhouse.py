@@ -564,11 +564,15 @@ class LogPrefix:
 @dataclass(frozen=True)
 class SequencedEvent:
     """A raw event with the per-agent sequence the processors gave it and its
-    canonical Avro bytes (what a restore publishes again)."""
+    canonical Avro bytes (what a restore publishes again: sealed, if it came so).
+    ``clear``: when ``payload`` is sealed, the clear single-object bytes the fold
+    opened it to, if it has them (the archive's rows are then built by ClickHouse,
+    :meth:`ClickHouseHistory.insert_events`); None otherwise."""
 
     event: Event
     seq: int
     payload: bytes
+    clear: bytes | None = None
 
 
 CHANGES = "memory_changes"
@@ -704,9 +708,10 @@ def _body(_: DerivedEvent, data: bytes) -> bytes:
     return data[10:]
 
 
-def _archive_record(item: SequencedEvent, payload: bytes) -> bytes:
-    """The archive record of a raw event's payload (:func:`sinks.transcode.archive_record`)."""
-    return archive_record(item.seq, payload)
+def _archive_record(item: SequencedEvent, data: bytes) -> bytes:
+    """The archive record of a raw event (:func:`sinks.transcode.archive_record`):
+    its payload, and its fields read from ``data`` (the payload, or its clear bytes)."""
+    return archive_record(item.seq, item.payload, data)
 
 
 NATIVE_MIN_ROWS = 2_000
@@ -994,16 +999,17 @@ class ClickHouseHistory:
 
     def insert_events(self, events: Sequence[SequencedEvent]) -> None:
         """Insert the ``events`` archive rows of ``events``. With at least
-        :attr:`native_min` of them, those whose payload is Avro of a current raw
-        schema go to ClickHouse as archive records
-        (:func:`~sinks.transcode.archive_record`), and ClickHouse builds their rows
-        (the rows :func:`event_row` builds, value for value:
+        :attr:`native_min` of them, those whose clear bytes (``clear`` of a sealed
+        payload, else the payload) are Avro of a current raw schema go to ClickHouse
+        as archive records (:func:`~sinks.transcode.archive_record`), and ClickHouse
+        builds their rows (the rows :func:`event_row` builds, value for value:
         ``tests/integration/test_transcode.py``); the others (JSON, an older schema,
-        bytes of another type), and all of them if ClickHouse refuses the records,
-        take the Python road (:func:`event_row`)."""
+        bytes of another type, a sealed payload without its clear bytes), and all of
+        them if ClickHouse refuses the records, take the Python road
+        (:func:`event_row`)."""
         python: list[SequencedEvent] = list(events)
         if len(events) >= self.native_min:
-            coded = ((e, e.event.type, e.payload) for e in events)
+            coded = ((e, e.event.type, e.payload if e.clear is None else e.clear) for e in events)
             python = self._transcode(
                 "events", EVENT_COLUMNS, self.event_coders, coded, _archive_record
             )

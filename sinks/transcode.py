@@ -425,10 +425,12 @@ def archive_transcoder(avro_type: AvroType, event_columns: Sequence[str]) -> Tra
     return _transcoder(avro_type, event_columns, ARCHIVE_FIELDS)
 
 
-def archive_record(seq: int, payload: bytes) -> bytes:
-    """The body of an :func:`archive_transcoder` record: ``payload`` (single-object
-    bytes of the transcoder's schema) with its sequence number and itself in front."""
-    return write_long(seq) + write_bytes(payload) + payload[10:]
+def archive_record(seq: int, payload: bytes, clear: bytes | None = None) -> bytes:
+    """The body of an :func:`archive_transcoder` record: the event's fields from
+    ``clear`` (single-object bytes of the transcoder's schema; ``payload`` when None),
+    with its sequence number and the archived ``payload`` (those bytes, or the
+    sealed bytes they were opened from) in front."""
+    return write_long(seq) + write_bytes(payload) + (payload if clear is None else clear)[10:]
 
 
 def _transcoder(

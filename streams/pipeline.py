@@ -343,7 +343,7 @@ class Folder:
         raw: bytes = message.value or b""
         source = f"{message.topic}:{message.partition}:{message.offset}"
         try:
-            event = _open(self.codec, raw)
+            event, clear = _open_clear(self.codec, raw)
             if event is None:  # sealed under a destroyed key: the subject is erased
                 assert isinstance(self.codec, SealingCodec)
                 self._hold_place(self.codec.envelope(raw), message, result)
@@ -362,7 +362,7 @@ class Folder:
                 erasure = erasure_for(event, agent_id)
                 self._apply(erasure, _clear(self.codec, erasure), message, raw, source, result)
             return True
-        return self._apply(event, payload, message, raw, source, result)
+        return self._apply(event, payload, message, raw, source, result, clear)
 
     def _hold_place(self, envelope: SealedEnvelope, message: Any, result: FoldResult) -> None:
         """A shredded event's place in its agent's sequence (see :meth:`_fold_one`)."""
@@ -381,8 +381,10 @@ class Folder:
         raw: bytes,
         source: str,
         result: FoldResult,
+        clear: bytes | None = None,
     ) -> bool:
-        """Fold ``event`` into its agent; False when it waits for its past."""
+        """Fold ``event`` into its agent; False when it waits for its past. ``clear``:
+        the clear bytes a sealed ``payload`` opened to (:class:`SequencedEvent`)."""
         live = self.agent(event.agent_id)
         if message.offset <= live.positions.get(message.partition, -1):
             return True  # applied before a crash or rebalance: redelivered, not new
@@ -399,7 +401,7 @@ class Folder:
             result.dead.append(DeadLetter(message.key, raw, reason, source))
             return True
         if step.seq is not None:
-            result.sequenced.append(SequencedEvent(event, step.seq, payload))
+            result.sequenced.append(SequencedEvent(event, step.seq, payload, clear))
             result.derived.extend(step.derived)
         return True
 
@@ -507,6 +509,14 @@ class Folder:
 def _open(codec: Codec, raw: bytes) -> Event | None:
     """Clear or sealed bytes to an event (None: shredded); plain codecs read clear only."""
     return codec.open(raw) if isinstance(codec, SealingCodec) else codec.decode(raw)
+
+
+def _open_clear(codec: Codec, raw: bytes) -> tuple[Event | None, bytes | None]:
+    """:func:`_open`'s event, and the clear bytes of sealed ``raw`` when the open
+    decrypted them (:meth:`~schemas.sealed.SealingCodec.open_clear`); else None."""
+    if isinstance(codec, SealingCodec):
+        return codec.open_clear(raw)
+    return codec.decode(raw), None
 
 
 def _clear(codec: Codec, event: Event) -> bytes:

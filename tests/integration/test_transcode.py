@@ -33,6 +33,7 @@ from engram.events import make_event
 from ops.rebuild import FAST_TYPES, ClickHouseProjection, change_rows, native_coders
 from schemas import Codec, DerivedEvent, ErasedBody, Event, FactSet, MemoryCreated, SubjectErased
 from schemas.raw import RAW_TYPES
+from schemas.sealed import SealingCodec, is_sealed, subject_of
 from sinks.clickhouse import (
     CHANGE_COLUMNS,
     EVENT_COLUMNS,
@@ -42,6 +43,7 @@ from sinks.clickhouse import (
     event_row,
     record_row,
 )
+from sinks.keys import KeyBook
 from sinks.transcode import (
     Transcoder,
     Unsupported,
@@ -490,3 +492,53 @@ def test_a_write_of_many_events_has_clickhouse_archive_them_from_their_payloads(
     assert [r for r in archive(cut) if r[1] != 3] == [
         r for r in archived(client, "archived_by_python") if r[1] != 3
     ]
+
+
+def test_sealed_events_are_archived_by_clickhouse_from_the_clear_bytes_they_opened_to(
+    archives: ClickHouseHistory,
+) -> None:
+    """A sealed payload with the clear bytes the fold opened it to (``clear``) is
+    archived by ClickHouse from those bytes, the sealed payload kept as it is: the rows
+    the Python road builds from the events. Told by clear bytes of other content, which
+    the rows then show; a sealed payload without its clear bytes takes the Python road."""
+    from ops.bench.ingest import make_payloads
+
+    keys = KeyBook()
+    decoded = [CODEC.decode(value) for _, value in make_payloads(40, 4)]
+    for event in decoded:
+        keys.keys.setdefault(subject_of(event), {"k1": bytes(range(32))})
+    sealing = SealingCodec(keys)
+    items = []
+    for n, event in enumerate(decoded):
+        clear, sealed = sealing.encode_with_clear(event)
+        opened, inner = SealingCodec(keys).open_clear(sealed)
+        assert (opened, inner) == (event, clear)
+        items.append(SequencedEvent(event, n, sealed, inner))
+    client = archives.client
+    client.command("TRUNCATE TABLE archived_by_python")
+    archives.insert("archived_by_python", [event_row(i) for i in items], EVENT_COLUMNS)
+
+    def archive(these: list[SequencedEvent]) -> list[tuple[Any, ...]]:
+        client.command("TRUNCATE TABLE events")
+        archives.insert_events(these)
+        return archived(client, "events")
+
+    assert all(is_sealed(i.payload) and i.clear is not None for i in items)
+    archives.native_min = len(items)
+    assert archive(items) == archived(client, "archived_by_python")  # sealed payloads kept
+    told = [
+        SequencedEvent(
+            i.event,
+            i.seq,
+            i.payload,
+            CODEC.encode(i.event.model_copy(update={"agent_id": "elsewhere"})),
+        )
+        if n != 5
+        else SequencedEvent(i.event, i.seq, i.payload)  # no clear bytes: from the event
+        for n, i in enumerate(items)
+    ]
+    rows = archive(told)
+    assert [r[0] for r in rows].count("elsewhere") == len(items) - 1
+    assert sorted(r[-1] for r in rows) == sorted(
+        r[-1] for r in archived(client, "archived_by_python")
+    )

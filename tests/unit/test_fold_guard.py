@@ -141,6 +141,28 @@ def test_a_shredded_event_keeps_its_place_in_its_agents_sequence() -> None:
     assert fold_all() == [(0, "kept"), (2, "kept")]
 
 
+def test_a_sealed_event_is_sequenced_with_the_clear_bytes_it_opened_to() -> None:
+    """What the archive's native road reads (``SequencedEvent.clear``): the clear bytes
+    inside the sealed payload; a clear payload needs none."""
+    keys = KeyBook()
+    keys.keys["mei"] = {"k1": secrets.token_bytes(32)}
+    codec = SealingCodec(keys)
+    turn = make_event(
+        "interaction.recorded",
+        agent_id="a",
+        session_id="s",
+        user_id="mei",
+        occurred_at=T0,
+        body={"role": "user", "content": "我对花生过敏"},
+    )
+    clear, sealed = codec.encode_with_clear(turn)
+    fold = Folder(cast("faust.Table[bytes, bytes]", Table()), codec, MemoryConfig())
+    (sequenced,) = fold.fold(batch(Item(Message("engram.events", 0, 0, b"a", sealed)))).sequenced
+    assert (sequenced.event, sequenced.payload, sequenced.clear) == (turn, sealed, clear)
+    (plain,) = folder().fold(batch(item(0, 0))).sequenced
+    assert plain.clear is None and plain.payload[:2] == b"\xc3\x01"
+
+
 def test_a_rollback_waits_for_its_past_and_says_so() -> None:
     fold = folder()
     first = fold.fold(batch(item(0, 0), item(0, 1)))

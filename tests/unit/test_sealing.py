@@ -29,6 +29,7 @@ from schemas.sealed import (
     Handoffs,
     Nonces,
     Sealer,
+    SealingCodec,
     Shredded,
     UnknownKey,
     _aad,
@@ -401,14 +402,15 @@ def test_the_sealed_envelope_is_written_as_fastavro_writes_it(record: dict[str, 
 class FastavroRoad(Sealer):
     """A sealer that always opens by fastavro's road (the reference)."""
 
-    def _open_read_by_hand(self, raw: bytes) -> Event | None:
+    def _open_read_by_hand(self, raw: bytes) -> tuple[Event, bytes] | None:
         return None
 
 
 def outcome(sealer: Sealer, raw: bytes) -> Any:
-    """The event ``raw`` opens to, or the type and message of what opening raised."""
+    """The event ``raw`` opens to with its clear bytes, or the type and message of
+    what opening raised."""
     try:
-        return sealer.open(raw)
+        return sealer.open_clear(raw)
     except (BadEvent, UnknownKey, Shredded) as error:
         return type(error), str(error)
 
@@ -437,6 +439,23 @@ def test_opening_by_hand_gives_what_fastavros_road_gives(
         reference = FastavroRoad(Codec(max_bytes=small), keys, remember=False)
         assert outcome(by_hand, bytes_) == outcome(reference, bytes_)
     assert Sealer(Codec(), keys, remember=False).open(raw) == event
+
+
+def test_opening_gives_the_clear_bytes_that_were_sealed_unless_it_decrypted_nothing() -> None:
+    keys = book("mei")
+    codec = SealingCodec(keys)
+    event = said(i=41)
+    clear, raw = codec.encode_with_clear(event)  # sealed, not remembered
+    assert Sealer(Codec(), keys, remember=False).open_clear(raw) == (event, clear)
+    assert FastavroRoad(Codec(), keys, remember=False).open_clear(raw) == (event, clear)
+    assert codec.open_clear(raw) == (event, clear)
+    remembered = Sealer(Codec(), keys).seal(event, clear)  # opens from RECENT
+    assert Sealer(Codec(), keys).open_clear(remembered) == (event, None)
+    assert codec.open_clear(clear) == (event, None)  # clear bytes are their own
+    assert SealingCodec(keys).open_clear(codec.encode_json(event)) == (event, None)
+    for key_id in keys.live("mei"):
+        keys.keys["mei"][key_id] = None
+    assert SealingCodec(keys).open_clear(raw) == (None, None)  # shredded
 
 
 def test_an_envelope_fastavro_reads_but_the_hand_does_not_still_opens() -> None:
