@@ -438,6 +438,8 @@ def _array(item: Write) -> Write:
     """One block (its count, then the items) and the count 0; an empty array is 0."""
     if item is _string:
         return _strings
+    if item is _double:
+        return _doubles
 
     def write(value: Any, out: list[bytes]) -> None:
         if len(value):
@@ -493,6 +495,15 @@ def _long_value(value: Any, out: list[bytes]) -> None:
 
 def _double(value: Any, out: list[bytes]) -> None:
     out.append(_DOUBLE(value))
+
+
+def _doubles(value: Any, out: list[bytes]) -> None:
+    """An array of doubles (a vector) packed in one call: the bytes :func:`_double`
+    writes item by item (~0.2 µs an item: ~100 µs for 512 of them)."""
+    if len(value):
+        out.append(write_long(len(value)))
+        out.append(struct.pack(f"<{len(value)}d", *value))
+    out.append(_END)
 
 
 def _boolean(value: Any, out: list[bytes]) -> None:

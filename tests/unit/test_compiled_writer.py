@@ -5,6 +5,7 @@ fastavro for whatever it does not cover."""
 from __future__ import annotations
 
 import io
+import struct
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,7 @@ from pydantic import AwareDatetime, BaseModel, field_serializer
 import schemas
 from schemas import Codec, Event, Turn, WorkingBody, WorkingUpdated
 from schemas.avro import compile_writer, write_long
+from schemas.derived import EmbeddedBody, MemoryEmbedded
 from tests.unit.test_schemas_roundtrip import TYPES, aware_datetimes, model_strategy
 
 CODEC = Codec()
@@ -155,6 +157,34 @@ def test_a_lone_surrogate_raises_as_before() -> None:
         CODEC.avro[WorkingUpdated.TYPE].encode_compiled(event)
     with pytest.raises(UnicodeEncodeError):
         CODEC.avro[WorkingUpdated.TYPE].encode(event)
+
+
+EDGE_DOUBLES = [0.0, -0.0, 1.0, -1.5, 5e-324, 2.2250738585072014e-308, 8.98e307, 1e16, 0.1]
+"""Finite (validation refuses the others), and finite when doubled."""
+
+
+@pytest.mark.parametrize("size", [1, 12, 512, 1536])
+def test_a_vector_is_written_whole_as_fastavro_writes_it_item_by_item(size: int) -> None:
+    """``array<double>`` (a recorded vector) is packed in one call: fastavro's bytes for
+    any length and the doubles at the edges (signed zero, subnormals, the largest)."""
+    vector = [EDGE_DOUBLES[i % len(EDGE_DOUBLES)] * (1 + i / size) for i in range(size)]
+    event = MemoryEmbedded(
+        event_id=UUID(int=3),
+        agent_id="a",
+        occurred_at=datetime(2026, 11, 28, tzinfo=UTC),
+        source_event_id=UUID(int=4),
+        seq=1,
+        idx=0,
+        config_version="c",
+        body=EmbeddedBody(
+            memory_id="m", model="usem3", model_version="1", dims=size, vector=vector
+        ),
+    )
+    avro = CODEC.avro[MemoryEmbedded.TYPE]
+    assert avro.encode_compiled(event) == avro.encode_fastavro(event)
+    with_text = event.model_copy(update={"body": event.body.model_copy(update={"vector": ["x"]})})
+    with pytest.raises(struct.error):  # not a double: fastavro's road says what it is
+        avro.encode_compiled(with_text)
 
 
 @pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
