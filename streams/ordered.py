@@ -25,6 +25,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
+from streams.app import ack_messages
+
 log = logging.getLogger("engram.streams")
 
 REREAD_PATIENCE_S = 2.0
@@ -248,8 +250,7 @@ async def in_order(
     if admitted.ready:
         await act(admitted.ready)
     acted = admitted.ready + admitted.done
-    for message in acted:
-        message.ack(guard.consumer)
+    ack_messages(guard.consumer, acted)
     await read_holes_again(guard.consumer, guard, admitted.gaps)
     return acted
 

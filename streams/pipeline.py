@@ -80,7 +80,7 @@ from sinks.clickhouse import (
     SequencedEvent,
 )
 from streams import faults
-from streams.app import Topics, agent_batches, direct_feed
+from streams.app import Topics, ack_messages, agent_batches, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
 from streams.past import history_rows, read_past
@@ -720,11 +720,13 @@ class Flusher:
         the marks and a restart reads on from where the saved states end."""
         written, waiting = self.folder.written, [*self.unacked, *messages]
         self.unacked = []
+        saved: list[Any] = []
         for message in waiting:
             if message.offset <= written.get(message.partition, -1):
-                message.ack(self.consumer)
+                saved.append(message)
             else:
                 self.unacked.append(message)
+        ack_messages(self.consumer, saved)
 
     async def _save_all(self) -> None:
         """One flush that saves every unsaved state, then whatever was added meanwhile."""

@@ -11,6 +11,8 @@ from typing import Any
 from aiokafka.structs import ConsumerRecord
 from faust.transport.drivers.aiokafka import ConsumerMessage
 from faust.types import TP
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.app import DirectFeed, _message, create_app, direct_feed, direct_feeds, fed_batches
 
@@ -294,3 +296,77 @@ def test_the_fetched_records_become_the_messages_faust_makes_of_them() -> None:
         slots = [s for s in ConsumerMessage.__slots__ if s not in ("__weakref__", "span")]
         assert ours.generation_id == 4 and ours.tp is tp and ours.headers == [("h", b"1")]
         assert {s: getattr(ours, s) for s in slots} == {s: getattr(theirs, s) for s in slots}
+
+
+ACKED_TOPIC, OTHER_TOPIC = TOPIC, "engram.unsubscribed"
+MESSAGE_STATES = st.tuples(
+    st.sampled_from([ACKED_TOPIC, OTHER_TOPIC]),
+    st.integers(0, 1),  # partition
+    st.integers(0, 6),  # offset (repeats: an offset acked twice)
+    st.integers(0, 3),  # references held
+    st.booleans(),  # tracked
+    st.booleans(),  # of the current generation
+    st.booleans(),  # acked before
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    states=st.lists(MESSAGE_STATES, max_size=14),
+    committed=st.tuples(st.none() | st.integers(0, 6), st.none() | st.integers(0, 6)),
+    active=st.booleans(),
+)
+def test_acking_a_batch_in_one_step_is_acking_each_message(
+    states: list[tuple[str, int, int, int, bool, bool, bool]],
+    committed: tuple[int | None, int | None],
+    active: bool,
+) -> None:
+    """``_Consumer.ack_all`` leaves the messages and the consumer's bookkeeping (acked
+    offsets and count, the unacked set, what is read again) as ``message.ack`` one by
+    one does, whatever their references, tracking, generation, earlier acks, topic
+    (acks count only for a subscribed one), committed offsets and flow."""
+
+    def run(name: str, batched: bool) -> tuple[Any, ...]:
+        app = app_for(name)
+        aiter(app.topic(ACKED_TOPIC))
+        asyncio.run(app.topics._update_indices())
+        app.consumer_generation_id = 5
+        consumer = app.consumer
+        for partition, offset in enumerate(committed):
+            consumer._committed_offset[TP(ACKED_TOPIC, partition)] = offset
+        made = []
+        for topic, partition, offset, refs, tracked, current, acked in states:
+            message = ConsumerMessage(
+                topic,
+                partition,
+                offset,
+                0.0,
+                0,
+                None,
+                b"k",
+                b"v",
+                None,
+                generation_id=5 if current else 4,
+            )
+            message.refcount, message.tracked, message.acked = refs, tracked, acked
+            if tracked:
+                consumer.unacked.add(message)
+            made.append(message)
+        if not active:
+            app.flow_control.suspend()
+        consumer._read_again = lambda tp, offset: rewinds.append((tp, offset))
+        rewinds: list[tuple[TP, int]] = []
+        if batched:
+            consumer.ack_all(made)
+        else:
+            for message in made:
+                message.ack(consumer)
+        return (
+            [(m.acked, m.refcount, m in consumer.unacked) for m in made],
+            {tp: list(v) for tp, v in consumer._acked.items() if v},
+            {tp: sorted(v) for tp, v in consumer._acked_index.items() if v},
+            consumer._n_acked,
+            rewinds,
+        )
+
+    assert run("batched", True) == run("one-by-one", False)
