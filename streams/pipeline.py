@@ -139,6 +139,16 @@ def mark_key(partition: int) -> bytes:
     return MARK_PREFIX + str(partition).encode()
 
 
+MAX_PENDING = 60_000
+"""How many folded messages may wait for a flush before the fold waits for it (the
+:class:`Flusher`'s backpressure). A flush writes its history in ClickHouse, which costs
+~40 µs of chdb's CPU a raw event (its ``events`` and ``memory_changes`` rows, built from
+their Avro off the interpreter lock) and goes one flush at a time. At 20 000 the fold of
+the sealed ingest bench waited for flushes ~40 % of a run (5–10 s of ~22 s): it folds
+20 000 events in ~2 s and a flush of them took ~2.5 s. At 60 000 it did not wait
+(BENCHMARKS.md, "Stop 29"); a crash reads again at most what is pending and the flush
+in progress, as before."""
+
 STATE_SAVE_EVERY = 10
 """How many flushes the worker's fold lets an agent's saved state lag its live one.
 
@@ -801,7 +811,7 @@ def register(
     bootstrap: str,
     batch_size: int = 1000,
     within: float = 0.2,
-    max_pending: int = 20_000,
+    max_pending: int = MAX_PENDING,
     summariser: Summariser | None = None,
     keys: WorkerKeys | None = None,
     state_table: str = "agent_state",
