@@ -402,6 +402,21 @@ def archived(client: Client, table: str) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in client.query(f"SELECT * FROM {table} ORDER BY {order}").result_rows]
 
 
+def archive_by_python(archives: ClickHouseHistory, items: list[SequencedEvent]) -> None:
+    """Write the Python road's rows of ``items`` (the reference) in ``archived_by_python``."""
+    archives.client.command("TRUNCATE TABLE archived_by_python")
+    archives.insert("archived_by_python", [event_row(i) for i in items], EVENT_COLUMNS)
+
+
+def archive_events(
+    archives: ClickHouseHistory, these: list[SequencedEvent]
+) -> list[tuple[Any, ...]]:
+    """The ``events`` rows :meth:`ClickHouseHistory.insert_events` writes of ``these``."""
+    archives.client.command("TRUNCATE TABLE events")
+    archives.insert_events(these)
+    return archived(archives.client, "events")
+
+
 def test_every_raw_type_has_a_native_road_to_the_archive() -> None:
     assert set(RAW_BY_TYPE) == {t.TYPE for t in RAW_TYPES}
 
@@ -462,13 +477,10 @@ def test_a_write_of_many_events_has_clickhouse_archive_them_from_their_payloads(
     started = make_event("session.started", agent_id="elsewhere", session_id="s")
     items[9] = SequencedEvent(items[9].event, 9, CODEC.encode(started))  # not its own bytes
     client = archives.client
-    client.command("TRUNCATE TABLE archived_by_python")
-    archives.insert("archived_by_python", [event_row(i) for i in items], EVENT_COLUMNS)
+    archive_by_python(archives, items)
 
     def archive(these: list[SequencedEvent]) -> list[tuple[Any, ...]]:
-        client.command("TRUNCATE TABLE events")
-        archives.insert_events(these)
-        return archived(client, "events")
+        return archive_events(archives, these)
 
     archives.native_min = len(items)
     assert archive(items) == archived(client, "archived_by_python")
@@ -515,13 +527,10 @@ def test_sealed_events_are_archived_by_clickhouse_from_the_clear_bytes_they_open
         assert (opened, inner) == (event, clear)
         items.append(SequencedEvent(event, n, sealed, inner))
     client = archives.client
-    client.command("TRUNCATE TABLE archived_by_python")
-    archives.insert("archived_by_python", [event_row(i) for i in items], EVENT_COLUMNS)
+    archive_by_python(archives, items)
 
     def archive(these: list[SequencedEvent]) -> list[tuple[Any, ...]]:
-        client.command("TRUNCATE TABLE events")
-        archives.insert_events(these)
-        return archived(client, "events")
+        return archive_events(archives, these)
 
     assert all(is_sealed(i.payload) and i.clear is not None for i in items)
     archives.native_min = len(items)
