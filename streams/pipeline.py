@@ -518,7 +518,7 @@ class Folder:
 
 def _open(codec: Codec, raw: bytes) -> Event | None:
     """Clear or sealed bytes to an event (None: shredded); plain codecs read clear only."""
-    return codec.open(raw) if isinstance(codec, SealingCodec) else codec.decode(raw)
+    return _open_clear(codec, raw)[0]
 
 
 def _open_clear(codec: Codec, raw: bytes) -> tuple[Event | None, bytes | None]:
