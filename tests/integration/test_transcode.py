@@ -209,7 +209,8 @@ def test_strings_are_escaped_as_pydantic_escapes_them(
 def test_timestamps_are_written_as_pydantic_writes_them(
     history: ClickHouseHistory, values: list[datetime]
 ) -> None:
-    """Milliseconds, as Avro keeps them, from year 1 to 9999 (leap days, the epoch)."""
+    """Milliseconds, as Avro keeps them, from year 1 to 9999 (leap days, the epoch,
+    the ends of 400-year cycles)."""
     edges = [
         datetime(1, 1, 1, tzinfo=UTC),
         datetime(1970, 1, 1, tzinfo=UTC),
@@ -217,6 +218,13 @@ def test_timestamps_are_written_as_pydantic_writes_them(
         datetime(2000, 2, 29, 12, tzinfo=UTC),
         datetime(1900, 3, 1, tzinfo=UTC),
         datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        # the ends of the 400-year cycles the SQL moves a moment by
+        datetime(1899, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        datetime(1900, 1, 1, tzinfo=UTC),
+        datetime(2299, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        datetime(2300, 1, 1, tzinfo=UTC),
+        datetime(1099, 12, 31, 23, 59, 59, 999000, tzinfo=UTC),
+        datetime(8700, 1, 1, 0, 0, 0, 1000, tzinfo=UTC),
     ]
     moments = [m.replace(microsecond=m.microsecond // 1000 * 1000) for m in edges + values]
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
