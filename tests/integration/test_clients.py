@@ -1,5 +1,6 @@
 """aiokafka clients that fail to start are not left behind (:mod:`sinks.clients`): real
 aiokafka clients, pointed at a port where no broker listens, as while a broker is away.
+And what :class:`streams.logwriter.LogWriter` writes, on the session broker.
 
 A client left unclosed says so when it is collected (a ResourceWarning, and aiokafka's
 ``Unclosed AIOKafkaProducer`` at ERROR level): each test runs its attempts in an event
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Coroutine
@@ -118,3 +120,30 @@ def test_a_writer_writes_partitions_side_by_side_each_in_order(
     ends, read = asyncio.run(write_and_read())
     assert read == {p: list(range(p, 24, 4)) for p in range(4)}
     assert ends == {p: 6 for p in range(4)}
+
+
+def test_a_writer_gives_each_record_its_timestamp_in_milliseconds(broker: str) -> None:
+    """A record's ``timestamp_ms`` is its CreateTime as written: aiokafka's batch
+    builder takes milliseconds (a float of seconds was written as that many
+    milliseconds, a CreateTime in January 1970). No timestamp: the time of writing."""
+    topic = f"engram.test.stamps.{uuid.uuid4().hex[:8]}"
+    stamps = [1_761_955_200_123, 1, 253_402_300_799_999]  # 2025-11-01, the epoch's 1 ms, 9999
+
+    async def write_and_read() -> list[tuple[bytes, int]]:
+        await ensure_topics(broker, [TopicSpec(topic, 1, KEEP_FOREVER)])
+        writer = LogWriter(broker)
+        try:
+            records = [Record(f"k{i}".encode(), b"v", at) for i, at in enumerate(stamps)]
+            await writer.send(topic, [*records, Record(b"now", b"v")])
+        finally:
+            await writer.stop()
+        read: list[tuple[bytes, int]] = []
+        await read_to_end(
+            broker, topic, lambda batch: read.extend((r.key, r.timestamp) for r in batch)
+        )
+        return read
+
+    before = int(time.time() * 1000)
+    read = asyncio.run(write_and_read())
+    assert read[:3] == [(f"k{i}".encode(), at) for i, at in enumerate(stamps)]
+    assert read[3][0] == b"now" and before <= read[3][1] <= int(time.time() * 1000)
