@@ -45,6 +45,7 @@ from engram.settings import Settings
 from schemas import RAW_TYPE_NAMES, BadEvent, Codec, Event
 from schemas.sealed import SealingCodec
 from sinks.keys import KafkaKeyring
+from streams.logwriter import Record, write_records
 
 T = TypeVar("T")
 EventLike = Event | Mapping[str, Any]
@@ -388,11 +389,13 @@ class Memory:
         return self._producer
 
     def _new_producer(self) -> AIOKafkaProducer:
+        largest = max(1_048_576, self.settings.max_event_bytes * 2)  # an event fits a batch
         return AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             acks="all",
             linger_ms=5,
-            max_request_size=max(1_048_576, self.settings.max_event_bytes * 2),
+            max_batch_size=largest,
+            max_request_size=largest,
             request_timeout_ms=int(self.timeout * 1000),
         )
 
@@ -445,16 +448,11 @@ class Memory:
         topic = self.topic
         try:
             values = await self._values(events)
-            futures = [
-                await producer.send(
-                    topic,
-                    key=e.agent_id.encode(),
-                    value=value,
-                    timestamp_ms=int(e.occurred_at.timestamp() * 1000),
-                )
+            records = [
+                Record(e.agent_id.encode(), value, int(e.occurred_at.timestamp() * 1000))
                 for e, value in zip(events, values, strict=True)
             ]
-            await asyncio.wait_for(asyncio.gather(*futures), self.timeout)
+            await asyncio.wait_for(write_records(producer, topic, records), self.timeout)
         except (KafkaError, TimeoutError) as error:
             raise PublishError(f"Kafka did not acknowledge the events: {error!r}") from None
 

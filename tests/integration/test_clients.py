@@ -1,6 +1,7 @@
 """aiokafka clients that fail to start are not left behind (:mod:`sinks.clients`): real
 aiokafka clients, pointed at a port where no broker listens, as while a broker is away.
-And what :class:`streams.logwriter.LogWriter` writes, on the session broker.
+And what engram's writers write, on the session broker: :class:`streams.logwriter.LogWriter`
+and the client's direct mode (partitions, order, CreateTime).
 
 A client left unclosed says so when it is collected (a ResourceWarning, and aiokafka's
 ``Unclosed AIOKafkaProducer`` at ERROR level): each test runs its attempts in an event
@@ -14,15 +15,22 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError
+from aiokafka.partitioner import murmur2
 
+from engram import Memory
+from engram.settings import Settings
 from ops.net import free_port
 from ops.topics import KEEP_FOREVER, TopicSpec, ensure_topics, read_to_end
+from schemas import Codec, InteractionBody, InteractionRecorded
 from sinks.clients import started
 from sinks.keys import KafkaKeyring, MasterKey
 from streams.logwriter import LogWriter, Record
@@ -147,3 +155,52 @@ def test_a_writer_gives_each_record_its_timestamp_in_milliseconds(broker: str) -
     read = asyncio.run(write_and_read())
     assert read[:3] == [(f"k{i}".encode(), at) for i, at in enumerate(stamps)]
     assert read[3][0] == b"now" and before <= read[3][1] <= int(time.time() * 1000)
+
+
+def test_a_client_writes_each_event_to_its_agents_partition_in_order_at_its_time(
+    broker: str, tmp_path: Path
+) -> None:
+    """``Memory.publish_many`` in direct mode writes record batches per partition: each
+    event lands in the partition Kafka's default partitioner gives its agent id (as
+    any Kafka client keyed by agent would put it), each agent's events in the order
+    given, each with its ``occurred_at`` as CreateTime."""
+    topic = f"engram.test.client.{uuid.uuid4().hex[:8]}"
+    settings = replace(
+        Settings.from_env({"ENGRAM_HOME": str(tmp_path), "ENGRAM_SEAL": "off"}),
+        events_topic=topic,
+    )
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    events = [
+        InteractionRecorded(
+            event_id=uuid.uuid4(),
+            agent_id=f"agent-{i % 7}",
+            session_id="s",
+            occurred_at=start + timedelta(milliseconds=37 * i),
+            body=InteractionBody(role="user", content=f"turn {i} " + "x" * (i % 300)),
+        )
+        for i in range(600)
+    ]
+
+    async def read() -> list[Any]:
+        out: list[Any] = []
+        await read_to_end(broker, topic, out.extend)
+        return out
+
+    asyncio.run(ensure_topics(broker, [TopicSpec(topic, 6, KEEP_FOREVER)]))
+    with Memory(bootstrap=broker, settings=settings) as memory:
+        memory.publish_many(events)
+    records = asyncio.run(read())
+    codec = Codec()
+    position = {e.event_id: i for i, e in enumerate(events)}
+    read_events = [codec.decode(r.value) for r in records]
+    assert sorted(position[e.event_id] for e in read_events) == list(range(len(events)))
+    assert all(e == events[position[e.event_id]] for e in read_events)
+    for r, event in zip(records, read_events, strict=True):
+        assert r.key == event.agent_id.encode()
+        assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % 6
+        assert r.timestamp == int(event.occurred_at.timestamp() * 1000)
+    by_agent: dict[bytes, list[int]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_agent.setdefault(r.key, []).append(position[codec.decode(r.value).event_id])
+    assert len(by_agent) == 7
+    assert all(order == sorted(order) for order in by_agent.values())
