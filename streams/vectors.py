@@ -33,6 +33,7 @@ import logging
 import math
 import operator
 import struct
+import threading
 from base64 import b64decode, b64encode
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,7 @@ from uuid import uuid5
 import fastavro
 import faust
 
+from processors.memo import Memo
 from processors.recall import TOKENIZER, document_sparse
 from schemas import (
     BadEvent,
@@ -82,6 +84,25 @@ Terms = tuple[list[int], list[float]]
 """BM25 document weights: term indices (ascending) and their weights."""
 
 
+_TERMS: Memo[Terms] = Memo(1_024, 4_000_000, 200_000)
+_TERMS_LOCK = threading.Lock()
+
+
+def text_terms(text: str) -> Terms:
+    """:func:`~processors.recall.document_sparse` of ``text`` (not to be changed by the
+    caller), remembered for recent texts: a new memory's text is weighed for its point
+    when it is created and again for its recorded vector when it is embedded, moments
+    apart in the same worker (~80 µs each). The weights are a pure function of the
+    text, so what is remembered never changes them."""
+    with _TERMS_LOCK:
+        terms = _TERMS.get(text)
+    if terms is None:
+        terms = document_sparse(text)
+        with _TERMS_LOCK:
+            _TERMS.put(text, terms)
+    return terms
+
+
 def point_of(event: MemoryCreated, terms: Terms | None = None) -> Point:
     """The point a ``memory.created`` makes: payload and sparse terms (``terms``, the
     weights recorded for its text, or else computed from it), no vector yet."""
@@ -109,7 +130,7 @@ class Creation:
     def point(self, terms: Terms | None = None) -> Point:
         """The whole point: with ``terms`` (:func:`recorded_terms` vouched for them),
         or the weights computed from the text."""
-        indices, values = terms if terms is not None else document_sparse(self.text)
+        indices, values = terms if terms is not None else text_terms(self.text)
         bare = self.bare  # a new Point, not dataclasses.replace: a tenth of the cost
         return Point(bare.id, None, SparseVector.vouched(indices, values), bare.payload)
 
@@ -193,7 +214,7 @@ def memory_point(
 
 def document_terms(text: str) -> TermWeights:
     """The BM25 weights of ``text`` as ``memory.embedded`` records them (packed)."""
-    indices, values = document_sparse(text)
+    indices, values = text_terms(text)
     return TermWeights(
         tokenizer=TOKENIZER,
         indices=b64encode(struct.pack(f"<{len(indices)}I", *indices)).decode(),

@@ -13,13 +13,14 @@ import struct
 from base64 import b64encode
 from datetime import UTC, datetime
 from typing import Any, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import fastavro
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import streams.vectors as vectors
 from ops.rebuild import VectorProjection, decode_derived
 from processors.recall import TOKENIZER, document_sparse
 from schemas import Codec, MemoryCreated, MemoryEmbedded
@@ -219,3 +220,30 @@ def test_version_1_vectors_read_without_weights_and_the_rebuild_computes_them() 
         projection.pool.shutdown()
     assert sparse_of(ops) == SparseVector(*document_sparse(TEXT))
     assert [op.kind for op in ops] == ["upsert", "dense"]
+
+
+@pytest.mark.parametrize(
+    "text", ["Paris, in the spring of 2026", "用户希望把周四的评审改到周五下午。", ""]
+)
+def test_a_memorys_text_is_weighed_once_for_its_point_and_its_recorded_terms(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live projection weighs a new memory's text for its point and again, moments
+    later, for the terms its ``memory.embedded`` records: the second time is
+    remembered (:func:`streams.vectors.text_terms`), and both are what the tokenizer
+    gives the text."""
+    calls: list[str] = []
+
+    def counted(text: str) -> tuple[list[int], list[float]]:
+        calls.append(text)
+        return document_sparse(text)
+
+    monkeypatch.setattr(vectors, "document_sparse", counted)
+    unique = f"{text} {uuid4().hex}"  # a text no earlier test weighed
+    point = vectors.point_of(created(unique))
+    recorded = document_terms(unique)
+    assert calls == [unique]
+    want = document_sparse(unique)
+    assert point.sparse is not None
+    assert (point.sparse.indices, point.sparse.values) == want
+    assert recorded_terms(recorded.tokenizer, recorded.indices, recorded.values) == want
