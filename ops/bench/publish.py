@@ -132,6 +132,10 @@ def main() -> None:
         "--chunk", type=int, default=5_000, help="events per publish_many call (default 5000)"
     )
     args = parser.parse_args()
+    if args.events <= 100:
+        parser.error("--events must be more than 100 (the first 100 connect the client)")
+    if args.agents < 1 or args.chunk < 1:
+        parser.error("--agents and --chunk must be at least 1")
     print(json.dumps(run(args.events, args.agents, args.chunk), indent=2))
 
 
