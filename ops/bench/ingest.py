@@ -56,23 +56,26 @@ CHUNK = 5_000
 """Records the bench hands its producer at a time."""
 
 
-def make_payloads(n: int, agents: int) -> list[tuple[bytes, bytes]]:
-    """(key, Avro bytes) of ``n`` interaction events spread over ``agents`` agents."""
-    codec = Codec()
+def make_events(n: int, agents: int) -> list[InteractionRecorded]:
+    """``n`` interaction events spread over ``agents`` agents, a millisecond apart."""
     start = datetime(2026, 11, 1, tzinfo=UTC)
-    out = []
-    for i in range(n):
-        agent = f"bench-agent-{i % agents:04d}"
-        event = InteractionRecorded(
+    return [
+        InteractionRecorded(
             event_id=uuid.uuid4(),
-            agent_id=agent,
-            session_id=f"{agent}-s{i // (agents * 50)}",
+            agent_id=f"bench-agent-{i % agents:04d}",
+            session_id=f"bench-agent-{i % agents:04d}-s{i // (agents * 50)}",
             user_id=f"user-{i % agents:04d}",
             occurred_at=start + timedelta(milliseconds=i),
             body=InteractionBody(role="user" if i % 2 else "assistant", content=CONTENT),
         )
-        out.append((agent.encode(), codec.encode(event)))
-    return out
+        for i in range(n)
+    ]
+
+
+def make_payloads(n: int, agents: int) -> list[tuple[bytes, bytes]]:
+    """(key, Avro bytes) of :func:`make_events`."""
+    codec = Codec()
+    return [(e.agent_id.encode(), codec.encode(e)) for e in make_events(n, agents)]
 
 
 MODES: dict[str, tuple[str, dict[str, str]]] = {

@@ -20,9 +20,7 @@ import json
 import os
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
@@ -30,26 +28,10 @@ from aiokafka import AIOKafkaProducer
 from engram import Memory
 from engram.settings import Settings
 from ops.bench.common import cpu_seconds, machine
-from ops.bench.ingest import CONTENT
+from ops.bench.ingest import make_events
 from ops.broker import EmbeddedBroker
 from ops.topics import KEEP_FOREVER, SHORT_LIVED, TopicSpec, ensure_topics
-from schemas import Codec, InteractionBody, InteractionRecorded
-
-
-def make_events(n: int, agents: int) -> list[InteractionRecorded]:
-    """``n`` interaction events spread over ``agents`` agents, a millisecond apart."""
-    start = datetime(2026, 11, 1, tzinfo=UTC)
-    return [
-        InteractionRecorded(
-            event_id=uuid.uuid4(),
-            agent_id=f"bench-agent-{i % agents:04d}",
-            session_id=f"bench-agent-{i % agents:04d}-s{i // (agents * 50)}",
-            user_id=f"user-{i % agents:04d}",
-            occurred_at=start + timedelta(milliseconds=i),
-            body=InteractionBody(role="user" if i % 2 else "assistant", content=CONTENT),
-        )
-        for i in range(n)
-    ]
+from schemas import Codec, InteractionRecorded
 
 
 def timed(work: Callable[[], None]) -> tuple[float, float]:
