@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from hashlib import sha1
 from typing import Any
-from uuid import UUID, SafeUUID
+from uuid import UUID
+
+from schemas.uuids import formatted
 
 _digest: Callable[[bytes], Any]
 try:  # CPython's own SHA-1: the same digest, with less overhead than OpenSSL's for short names
@@ -18,19 +20,12 @@ ENGRAM_NAMESPACE = UUID("8f7d6b9e-3c1a-5e2f-9b4d-2a6c8e0f1b3d")
 _NAMESPACE = ENGRAM_NAMESPACE.bytes
 _CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
 _SET = (0x8000 << 48) | (5 << 76)
-_new = object.__new__
-_set_int = vars(UUID)["int"].__set__
-_set_safe = vars(UUID)["is_safe"].__set__
-_UNKNOWN = SafeUUID.unknown
 
 
 def uuid5_of(name: str) -> UUID:
     """``uuid.uuid5(ENGRAM_NAMESPACE, name)``, without the generic constructor's checks."""
     value = int.from_bytes(_digest(_NAMESPACE + name.encode()).digest()) >> 32
-    made: UUID = _new(UUID)
-    _set_int(made, value & _CLEAR | _SET)
-    _set_safe(made, _UNKNOWN)
-    return made
+    return formatted(value & _CLEAR | _SET)  # its text is asked for at least once
 
 
 def uuid5_str(name: str) -> str:

@@ -27,9 +27,11 @@ import struct
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
-from uuid import UUID, SafeUUID
+from uuid import UUID
 
 from pydantic import BaseModel
+
+from schemas.uuids import with_text
 
 M = TypeVar("M", bound=BaseModel)
 Read = Callable[[bytes, int], tuple[Any, int]]
@@ -252,20 +254,13 @@ def _string(data: bytes, at: int) -> tuple[Any, int]:
     return data[at:end].decode(), end
 
 
-_set_int = vars(UUID)["int"].__set__
-_set_safe = vars(UUID)["is_safe"].__set__
-_SAFE = SafeUUID.unknown
-
-
 def _uuid(data: bytes, at: int) -> tuple[Any, int]:
-    """``UUID(text)`` as fastavro reads it; for the canonical form (what engram writes)
-    the same object built without ``UUID.__init__``'s parsing."""
+    """``UUID(text)`` as fastavro reads it; for the hyphenated form (what engram
+    writes) the same value built without ``UUID.__init__``'s parsing, and holding
+    ``text`` when that is its canonical text (:func:`schemas.uuids.with_text`)."""
     text, at = _string(data, at)
     if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
-        value = _new(UUID)
-        _set_int(value, int(text.replace("-", ""), 16))
-        _set_safe(value, _SAFE)
-        return value, at
+        return with_text(int(text.replace("-", ""), 16), text), at
     return UUID(text), at
 
 

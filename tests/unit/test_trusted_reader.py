@@ -29,7 +29,12 @@ SAME = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCh
 
 
 def same(a: Any, b: Any, where: str = "event") -> None:
-    """``a`` and ``b`` hold equal values of identical types, all the way down."""
+    """``a`` and ``b`` hold equal values of identical types, all the way down (a
+    :class:`~schemas.uuids.TextUUID` is a ``UUID`` spelt alike)."""
+    if isinstance(a, UUID) or isinstance(b, UUID):
+        assert isinstance(a, UUID) and isinstance(b, UUID), where
+        assert a == b and str(a) == str(b) and repr(a) == repr(b), f"{where}: {a!r} vs {b!r}"
+        return
     assert type(a) is type(b), f"{where}: {type(a).__name__} vs {type(b).__name__}"
     if isinstance(a, BaseModel):
         assert a.model_fields_set == b.model_fields_set, where

@@ -1,0 +1,77 @@
+"""UUIDs that keep their text: ``str(uuid)`` once, not once per use.
+
+``uuid.UUID.__str__`` formats the 128-bit integer every time it is asked (~1 µs).
+On the fold's road one event's id is turned into text about four times (the check
+that an opened event matches its sealed envelope, the derived ids named after it, the
+working-memory turn that quotes it, the derived events' Avro), and each derived
+event's own id twice more (its Avro and its sealed envelope). :class:`TextUUID` is a
+``UUID`` whose canonical text is kept beside its integer when it is made, by the Avro
+reader from the text it read (:mod:`schemas.reader`) and by the deterministic ids
+(:mod:`processors.ids`), which format it anyway.
+
+The contract: a ``TextUUID`` is a ``UUID`` in every respect (equality, hash, ordering,
+``int``/``hex``/``bytes``, ``repr``, pydantic and fastavro serialisation), and its
+``str`` is exactly ``UUID.__str__`` of the same integer: :func:`with_text` keeps a
+text only when it is that canonical form. Copying or pickling gives a plain ``UUID``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from uuid import UUID, SafeUUID
+
+_new = object.__new__
+_set_int = vars(UUID)["int"].__set__
+_set_safe = vars(UUID)["is_safe"].__set__
+_UNKNOWN = SafeUUID.unknown
+_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class TextUUID(UUID):
+    """A ``UUID`` holding its canonical text (see the module's contract)."""
+
+    __slots__ = ("_text",)
+    _text: str
+
+    def __str__(self) -> str:
+        try:
+            return self._text
+        except AttributeError:  # made by UUID's own constructor: format it once
+            text = UUID.__str__(self)
+            _set_text(self, text)
+            return text
+
+    def __repr__(self) -> str:
+        return f"UUID({str(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UUID, (str(self),)
+
+
+_set_text = vars(TextUUID)["_text"].__set__
+
+
+def with_text(value: int, text: str) -> UUID:
+    """The UUID of the 128-bit ``value`` whose text a reader found to be ``text``
+    (``UUID(text).int == value``): a :class:`TextUUID` holding ``text`` when it is
+    the canonical form (lowercase, hyphenated), else a plain ``UUID``."""
+    made: UUID
+    if _CANONICAL.fullmatch(text):
+        made = _new(TextUUID)
+        _set_text(made, text)
+    else:
+        made = _new(UUID)
+    _set_int(made, value)
+    _set_safe(made, _UNKNOWN)
+    return made
+
+
+def formatted(value: int) -> TextUUID:
+    """The UUID of the 128-bit ``value``, its canonical text made now."""
+    x = f"{value:032x}"
+    made: TextUUID = _new(TextUUID)
+    _set_int(made, value)
+    _set_safe(made, _UNKNOWN)
+    _set_text(made, f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}")
+    return made
