@@ -7,7 +7,7 @@ from hashlib import sha1
 from typing import Any
 from uuid import UUID
 
-from schemas.uuids import formatted
+from schemas.uuids import of_int
 
 _digest: Callable[[bytes], Any]
 try:  # CPython's own SHA-1: the same digest, with less overhead than OpenSSL's for short names
@@ -25,7 +25,7 @@ _SET = (0x8000 << 48) | (5 << 76)
 def uuid5_of(name: str) -> UUID:
     """``uuid.uuid5(ENGRAM_NAMESPACE, name)``, without the generic constructor's checks."""
     value = int.from_bytes(_digest(_NAMESPACE + name.encode()).digest()) >> 32
-    return formatted(value & _CLEAR | _SET)  # its text is asked for at least once
+    return of_int(value & _CLEAR | _SET)
 
 
 def uuid5_str(name: str) -> str:

@@ -5,9 +5,9 @@ On the fold's road one event's id is turned into text about four times (the chec
 that an opened event matches its sealed envelope, the derived ids named after it, the
 working-memory turn that quotes it, the derived events' Avro), and each derived
 event's own id twice more (its Avro and its sealed envelope). :class:`TextUUID` is a
-``UUID`` whose canonical text is kept beside its integer when it is made, by the Avro
-reader from the text it read (:mod:`schemas.reader`) and by the deterministic ids
-(:mod:`processors.ids`), which format it anyway.
+``UUID`` that keeps its canonical text beside its integer: the Avro reader gives it
+the text it read (:mod:`schemas.reader`); the deterministic ids
+(:mod:`processors.ids`) make theirs the first time it is asked for, once.
 
 The contract: a ``TextUUID`` is a ``UUID`` in every respect (equality, hash, ordering,
 ``int``/``hex``/``bytes``, ``repr``, pydantic and fastavro serialisation), and its
@@ -36,11 +36,13 @@ class TextUUID(UUID):
 
     def __str__(self) -> str:
         try:
-            return self._text
-        except AttributeError:  # made by UUID's own constructor: format it once
-            text = UUID.__str__(self)
+            text = self._text
+        except AttributeError:  # made by UUID's own constructor
+            text = ""
+        if not text:  # not made yet: made once, now
+            text = _canonical(self.int)
             _set_text(self, text)
-            return text
+        return text
 
     def __repr__(self) -> str:
         return f"UUID({str(self)!r})"
@@ -67,11 +69,18 @@ def with_text(value: int, text: str) -> UUID:
     return made
 
 
-def formatted(value: int) -> TextUUID:
-    """The UUID of the 128-bit ``value``, its canonical text made now."""
-    x = f"{value:032x}"
+def of_int(value: int) -> TextUUID:
+    """The UUID of the 128-bit ``value``; its text is made when it is first asked for
+    (what :func:`processors.ids.uuid5_of` makes: the pure fold never asks, the
+    worker asks for a derived event's id at least twice)."""
     made: TextUUID = _new(TextUUID)
     _set_int(made, value)
     _set_safe(made, _UNKNOWN)
-    _set_text(made, f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}")
+    _set_text(made, "")
     return made
+
+
+def _canonical(value: int) -> str:
+    """``UUID.__str__`` of the 128-bit ``value``."""
+    x = f"{value:032x}"
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
