@@ -412,9 +412,15 @@ def test_rebuilt_vectors_answer_recalls_as_the_live_ones_did(world: World) -> No
     assert final["state"] == "done" and final["done"] == final["total"] == sum(types.values())
 
 
+SLOW = 3
+"""Records a second for a rebuild that must still run when the test acts on it: the
+log holds ~200 derived records, so it runs for over a minute (at 20 a second it could
+end, on a loaded machine, between the test seeing it running and the test's signal)."""
+
+
 def test_ctrl_c_cancels_a_rebuild_and_leaves_the_live_version(world: World) -> None:
     process = subprocess.Popen(
-        engram_cmd("rebuild", "clickhouse", "--max-rate", "20"),
+        engram_cmd("rebuild", "clickhouse", "--max-rate", str(SLOW)),
         env=world.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -445,7 +451,7 @@ def test_a_rebuild_killed_midway_leaves_the_live_version_and_a_rerun_finishes(
     world: World,
 ) -> None:
     for target in ("clickhouse", "vectors"):
-        body = {"target": target, "max_rate": 20}
+        body = {"target": target, "max_rate": 2 * SLOW}
         httpx.post(f"{world.stack.http}/v1/admin/rebuilds", json=body, timeout=10)
     for target in ("clickhouse", "vectors"):
         wait_until(partial(status_of, world, target, "running", 20), 60, f"{target} midway")
