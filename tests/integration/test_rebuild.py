@@ -414,18 +414,24 @@ def test_rebuilt_vectors_answer_recalls_as_the_live_ones_did(world: World) -> No
 
 SLOW = 3
 """Records a second for a rebuild that must still run when the test acts on it: the
-log holds ~200 derived records, so it runs for over a minute (at 20 a second it could
-end, on a loaded machine, between the test seeing it running and the test's signal)."""
+log holds ~200 derived records, so it runs for over a minute."""
 
 
 def test_ctrl_c_cancels_a_rebuild_and_leaves_the_live_version(world: World) -> None:
-    process = subprocess.Popen(
-        engram_cmd("rebuild", "clickhouse", "--max-rate", str(SLOW)),
-        env=world.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Ctrl-C at a terminal: the command must not inherit an ignored SIGINT (a shell
+    # starts background jobs so, and then it ran to its end, the signal unseen). A
+    # handled signal is reset to its default in the child; an ignored one stays so.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            engram_cmd("rebuild", "clickhouse", "--max-rate", str(SLOW)),
+            env=world.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, before)
     wait_until(
         lambda: status_of(world, "clickhouse", "running", min_done=10), 60, "a running rebuild"
     )
