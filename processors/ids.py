@@ -7,7 +7,7 @@ from hashlib import sha1
 from typing import Any
 from uuid import UUID
 
-from schemas.uuids import of_int
+from schemas.uuids import canonical, of_int
 
 _digest: Callable[[bytes], Any]
 try:  # CPython's own SHA-1: the same digest, with less overhead than OpenSSL's for short names
@@ -31,8 +31,7 @@ def uuid5_of(name: str) -> UUID:
 def uuid5_str(name: str) -> str:
     """``str(uuid.uuid5(ENGRAM_NAMESPACE, name))``."""
     value = int.from_bytes(_digest(_NAMESPACE + name.encode()).digest()) >> 32
-    x = f"{value & _CLEAR | _SET:032x}"
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+    return canonical(value & _CLEAR | _SET)
 
 
 def derived_id(source_event_id: UUID, idx: int) -> UUID:

@@ -40,7 +40,7 @@ class TextUUID(UUID):
         except AttributeError:  # made by UUID's own constructor
             text = ""
         if not text:  # not made yet: made once, now
-            text = _canonical(self.int)
+            text = canonical(self.int)
             _set_text(self, text)
         return text
 
@@ -80,7 +80,7 @@ def of_int(value: int) -> TextUUID:
     return made
 
 
-def _canonical(value: int) -> str:
+def canonical(value: int) -> str:
     """``UUID.__str__`` of the 128-bit ``value``."""
     x = f"{value:032x}"
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
