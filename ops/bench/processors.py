@@ -19,6 +19,14 @@ results, recalls and feedback of memories that exist, persona updates, fact
 assertions and retractions (some late), supplied scores, redelivered
 duplicates; it also resumes agents from their serialised state on the way
 (``restore_every``), as the pipeline does from its changelog.
+
+Each curve is folded ``--repeat`` times (default 3), the curves alternated, each pass
+on fresh memories; the figure is the median pass, every pass listed beside it (this
+machine is shared: the same code folds at rates a third apart from one minute to the
+next). The fold runs under the worker's garbage-collector policy
+(:func:`ops.worker.tune_gc`: the automatic collector off, one full pass between
+folds, where the worker makes one a minute); ``--gc auto`` leaves CPython's
+automatic collector on, as a process that does not tune it runs.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import gc
 import hashlib
 import json
 import random
+import statistics
 import time
 import uuid
 from collections.abc import Callable
@@ -361,6 +370,28 @@ def fold_rate(events: list[Event], config: MemoryConfig) -> tuple[float, int]:
     return len(events) / (time.perf_counter() - started), derived
 
 
+def fold_pass(
+    events: list[Event], config: MemoryConfig, *, automatic_gc: bool
+) -> tuple[float, int, float]:
+    """:func:`fold_rate` under a collector policy, and the seconds of the full
+    collection after the pass: with ``automatic_gc`` False the automatic collector is
+    off during the pass and one full collection runs after it, outside the rate (the
+    worker's policy, :func:`ops.worker.tune_gc`, sweeps once a minute: the figure is
+    reported beside the rate); the collector is left as it was found."""
+    enabled = gc.isenabled()
+    if not automatic_gc:
+        gc.disable()
+    try:
+        rate, derived = fold_rate(events, config)
+    finally:
+        if enabled:
+            gc.enable()
+    started = time.perf_counter()
+    if not automatic_gc:
+        gc.collect()
+    return rate, derived, time.perf_counter() - started
+
+
 def reference_rate(events: list[Event]) -> float:
     """Events per second that pydantic validates from plain values (what decoding an
     event costs, none of our code): the same-run reference the fold is compared to."""
@@ -413,6 +444,16 @@ def main() -> None:
     parser.add_argument("--digest", action="store_true", help="print output digests, not rates")
     parser.add_argument("--restore-every", type=int, default=0)
     parser.add_argument(
+        "--repeat", type=int, default=3, help="passes per curve, alternated (median reported)"
+    )
+    parser.add_argument(
+        "--gc",
+        choices=("worker", "auto"),
+        default="worker",
+        help="worker: the automatic collector off during a pass, as in the worker; "
+        "auto: CPython's default",
+    )
+    parser.add_argument(
         "--no-freeze",
         action="store_true",
         help="leave the prepared events to the cyclic garbage collector (see below)",
@@ -438,15 +479,28 @@ def main() -> None:
         }
         print(json.dumps({**head, "seed": args.seed, **digests}, indent=2))
         return
-    rate, derived = fold_rate(events, CONFIGS["exponential"])
-    fsrs_rate, _ = fold_rate(events, CONFIGS["fsrs"])
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    passes: dict[str, list[float]] = {curve: [] for curve in CONFIGS}
+    derived = 0
+    sweeps: list[float] = []
+    automatic = args.gc == "auto"
+    for _ in range(args.repeat):
+        for curve, config in CONFIGS.items():
+            rate, derived, sweep_s = fold_pass(events, config, automatic_gc=automatic)
+            passes[curve].append(rate)
+            sweeps.append(sweep_s)
+    rate, fsrs_rate = (statistics.median(passes[curve]) for curve in ("exponential", "fsrs"))
     reference = reference_rate(events)
     print(
         json.dumps(
             {
                 **head,
+                "gc": args.gc,
                 "all_processors_per_s": round(rate),
                 "all_processors_fsrs_per_s": round(fsrs_rate),
+                "passes_per_s": {c: [round(r) for r in rs] for c, rs in passes.items()},
+                "sweep_after_pass_s": round(max(sweeps), 3),
                 "derived_events": derived,
                 "reference_validate_per_s": round(reference),
                 "ratio_to_reference": round(rate / reference, 3),
