@@ -23,7 +23,10 @@ duplicates; it also resumes agents from their serialised state on the way
 Each curve is folded ``--repeat`` times (default 3), the curves alternated, each pass
 on fresh memories; the figure is the median pass, every pass listed beside it (this
 machine is shared: the same code folds at rates a third apart from one minute to the
-next). The fold runs under the worker's garbage-collector policy
+next). The scorer's and summariser's memos of texts (bounded, the oldest out first)
+carry over from pass to pass, as they do from batch to batch in a worker; a pass over
+the rich workload's texts, which outnumber them, finds its first texts gone again.
+The fold runs under the worker's garbage-collector policy
 (:func:`ops.worker.tune_gc`: the automatic collector off, one full pass between
 folds, where the worker makes one a minute); ``--gc auto`` leaves CPython's
 automatic collector on, as a process that does not tune it runs.
@@ -487,9 +490,11 @@ def main() -> None:
     automatic = args.gc == "auto"
     for _ in range(args.repeat):
         for curve, config in CONFIGS.items():
-            rate, derived, sweep_s = fold_pass(events, config, automatic_gc=automatic)
+            rate, made, sweep_s = fold_pass(events, config, automatic_gc=automatic)
             passes[curve].append(rate)
             sweeps.append(sweep_s)
+            if curve == "exponential":
+                derived = made
     rate, fsrs_rate = (statistics.median(passes[curve]) for curve in ("exponential", "fsrs"))
     reference = reference_rate(events)
     print(
