@@ -69,6 +69,7 @@ from schemas import (
     WorkingSet,
     WorkingUpdated,
 )
+from schemas.uuids import canonical
 
 
 class AgentState(Model):
@@ -292,8 +293,7 @@ class AgentMemory:
         self, event: Event, fields: dict[str, Any], source: UUID
     ) -> tuple[DerivedEvent, ...]:
         """The derived events of ``event``, whose ``__dict__`` is ``fields``."""
-        hexa = f"{source.int:032x}"  # str(source), without the call to UUID.__str__
-        name = f"{hexa[:8]}-{hexa[8:12]}-{hexa[12:16]}-{hexa[16:20]}-{hexa[20:]}"
+        name = canonical(source.int)  # str(source), without the call to UUID.__str__
         return self._build(self._changes(event, name, fields), fields, source, name)
 
     def _build(
