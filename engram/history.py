@@ -30,11 +30,12 @@ from engram.settings import Settings
 from engram.snapshot import UnknownAgent, episode_record, working_of
 from engram.sqlgate import ReadOnlyViolation, check_read_only
 from processors import MemoryConfig
-from processors.consolidation import Consolidation, ConsolidationState
+from processors.consolidation import Consolidation
 from processors.forgetting import ForgettingParams, FsrsCard, Trace, retention_of
 from processors.persona import PersonaVersion, SkillRecord
 from processors.rebase import in_memory, renamed_id, undone_spans
-from processors.working import SUMMARY_ROLE, SessionState
+from processors.state import ConsolidationState, SessionState
+from processors.working import SUMMARY_ROLE
 from schemas import EpisodeBody, FactSetBody, ForkedChangeBody, Turn, WorkingBody
 
 

@@ -39,7 +39,7 @@ from engram.results import DEFAULT_EPISODES, Position, Snapshot, SnapshotMemory
 from processors import AgentMemory, AgentState, MemoryConfig, Step
 from processors.forgetting import ForgettingParams, retention
 from processors.rebase import in_memory
-from processors.working import SessionState
+from processors.state import SessionState
 from schemas import (
     BadEvent,
     Codec,

@@ -13,12 +13,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from processors.consolidation import ConsolidationParams
-from processors.episodes import EpisodeParams
 from processors.forgetting import ForgettingParams
-from processors.memories import PromotionParams
 from processors.scoring import ScoringParams
-from processors.working import WorkingParams
+from processors.state import ConsolidationParams, EpisodeParams, PromotionParams, WorkingParams
 from schemas import Model
 
 

@@ -9,45 +9,17 @@ Deterministic: the memory's id is a ``uuid5`` of the agent, user and window.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
 from uuid import uuid5
-
-from pydantic import Field
 
 from processors.build import fields, trusted, updated
 from processors.ids import ENGRAM_NAMESPACE
 from processors.memories import NewMemory
 from processors.scoring import Scores, ScoringParams, aggregate
+from processors.state import ConsolidationParams, ConsolidationState, Window, WindowEpisode
 from processors.summary import summarise
-from schemas import EpisodeBody, Model
-from schemas.base import UtcMillis
+from schemas import EpisodeBody
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class ConsolidationParams(Model):
-    window_s: Annotated[float, Field(gt=0)] = 86_400.0
-    min_episodes: Annotated[int, Field(ge=1)] = 2
-    summary_chars: Annotated[int, Field(ge=40)] = 400
-
-
-class WindowEpisode(Model):
-    episode_id: str
-    summary: str
-    importance: float
-    sentiment: float
-    confidence: float
-    entities: list[str] = []
-
-
-class Window(Model):
-    user_id: str | None = None
-    start: UtcMillis
-    episodes: list[WindowEpisode] = []
-
-
-class ConsolidationState(Model):
-    windows: list[Window] = []
 
 
 class Consolidation:

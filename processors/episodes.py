@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated, Any, Final, Literal
+from typing import Any, Final, Literal
 from uuid import UUID
-
-from pydantic import Field
 
 from processors.build import fields, trusted
 from processors.ids import uuid5_str
@@ -27,45 +25,11 @@ from processors.scoring import (
     analyse_turn,
     analysis,
 )
+from processors.state import EpisodeParams, EpisodesState, EpisodeTurn, OpenEpisode
 from processors.summary import SUMMARISER_NAME, summarise
-from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, Model, SessionEnded
-from schemas.base import UtcMillis
+from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, SessionEnded
 
 Cut = Literal["session_ended", "idle_gap", "turn_count"]
-
-
-class EpisodeParams(Model):
-    idle_gap_s: Annotated[float, Field(gt=0)] = 1800.0
-    max_turns: Annotated[int, Field(ge=1)] = 20
-    single_turn_importance: Annotated[float, Field(ge=1, le=10)] = 8.0
-    summary_chars: Annotated[int, Field(ge=40)] = 600
-
-
-class EpisodeTurn(Model):
-    event_id: str
-    role: str
-    content: str
-    at: UtcMillis
-    importance: float
-    sentiment: float
-    confidence: float
-    entities: list[str] = []
-
-
-class OpenEpisode(Model):
-    session_id: str
-    user_id: str | None = None
-    turns: list[EpisodeTurn] = []
-
-
-class EpisodesState(Model):
-    """Open episodes, and the last closed episode of each user of the agent (``""``:
-    episodes without a user), which the next one of that user links to. The chain
-    is per user: one user's episodes never name another's, so erasing a user leaves
-    the others' chains as if that user had never been."""
-
-    open: list[OpenEpisode] = []
-    previous: dict[str, str] = {}
 
 
 Said = tuple[str, str, str, datetime, float, float, float, tuple[str, ...]]
@@ -135,7 +99,7 @@ class Episodes:
     ) -> None:
         self.agent_id = agent_id
         """Whose episodes: part of every memory and episode id (:func:`memory_id_of`)."""
-        self.open = {o.session_id: _Open(o) for o in state.open}
+        self.open = {o.session_id: _Open.of(o) for o in state.open}
         self.previous = dict(state.previous)
         self.params = params
         self.scoring = scoring
@@ -332,18 +296,20 @@ class _Open:
 
     __slots__ = ("session_id", "turns", "user_id")
 
-    def __init__(self, state: OpenEpisode) -> None:
-        self.session_id = state.session_id
-        self.user_id = state.user_id
-        self.turns: list[Said] = [said(turn) for turn in state.turns]
+    def __init__(self, session_id: str, user_id: str | None, turns: list[Said]) -> None:
+        self.session_id = session_id
+        self.user_id = user_id
+        self.turns = turns
+
+    @classmethod
+    def of(cls, state: OpenEpisode) -> _Open:
+        """The open episode ``state`` saved."""
+        return cls(state.session_id, state.user_id, [said(turn) for turn in state.turns])
 
     @classmethod
     def new(cls, session_id: str, user_id: str | None) -> _Open:
-        made = cls.__new__(cls)
-        made.session_id = session_id
-        made.user_id = user_id
-        made.turns = []
-        return made
+        """An episode opened by its first turn, which the caller appends."""
+        return cls(session_id, user_id, [])
 
     def state(self) -> OpenEpisode:
         turns = [episode_turn(turn) for turn in self.turns]

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from processors.build import updated
 from processors.consolidation import Consolidation
 from processors.episodes import Episodes
-from processors.facts import Facts, FactVersion
+from processors.facts import Facts
 from processors.memories import Memories
 from processors.persona import Persona, PersonaVersion, merge_preferences
+from processors.state import FactVersion
 from processors.working import WorkingMemory
 
 Content = tuple[str | None, str | None, str | None, dict[str, str]]

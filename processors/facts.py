@@ -30,47 +30,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from datetime import datetime
-from uuid import UUID
 
 from processors.build import fields, trusted, updated
-from schemas import Event, FactAsserted, FactRetracted, FactSetBody, Model
-from schemas.base import Unit, UtcMillis
+from processors.state import FactHistory, FactsState, FactVersion
+from schemas import Event, FactAsserted, FactRetracted, FactSetBody
 
 FactKey = tuple[str, str]
 """``(namespace, key)``."""
-
-
-class FactVersion(Model):
-    """One value of a fact over ``[valid_from, valid_to)``; ``valid_to`` None = current.
-
-    ``asserted_by`` is the ``event_id`` of the ``fact.asserted`` that set it.
-    """
-
-    value: str
-    valid_from: UtcMillis
-    valid_to: UtcMillis | None = None
-    asserted_by: UUID
-    confidence: Unit | None = None
-    user_id: str | None = None
-    """The user of the assertion (what erasure purges by)."""
-
-    def holds_at(self, at: datetime) -> bool:
-        """Whether ``at`` (aware) lies in ``[valid_from, valid_to)``."""
-        return self.valid_from <= at and (self.valid_to is None or at < self.valid_to)
-
-
-class FactHistory(Model):
-    """Every version of one ``(namespace, key)``, oldest first."""
-
-    namespace: str
-    key: str
-    versions: list[FactVersion]
-
-
-class FactsState(Model):
-    """Serialised facts of one agent: one history per key, sorted by ``(namespace, key)``."""
-
-    facts: list[FactHistory] = []
 
 
 class Facts:

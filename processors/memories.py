@@ -12,9 +12,7 @@ the threshold is forgotten (it leaves recall and the fold's state; history keeps
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, NamedTuple
-
-from pydantic import Field
+from typing import Literal, NamedTuple
 
 from processors.build import fields, trusted, updated
 from processors.forgetting import (
@@ -28,6 +26,7 @@ from processors.forgetting import (
     should_forget,
     weaken,
 )
+from processors.state import Kind, MemoryItem, PromotionParams
 from schemas import (
     DerivedEvent,
     ForgottenBody,
@@ -41,31 +40,6 @@ from schemas import (
     PromotedBody,
     StrengthChangeBody,
 )
-from schemas.base import Importance, Signed
-
-Kind = Literal["turn", "episode", "semantic", "core", "fact"]
-
-
-class PromotionParams(Model):
-    """Flashbulb bar: importance above ``flashbulb_importance`` and |sentiment| at
-    least ``flashbulb_sentiment``."""
-
-    flashbulb_importance: Annotated[float, Field(ge=1, le=10)] = 8.0
-    flashbulb_sentiment: Annotated[float, Field(ge=0, le=1)] = 0.7
-
-
-class MemoryItem(Model):
-    """What the fold keeps of one live memory (its text lives in history)."""
-
-    memory_id: str
-    layer: Literal["L2", "L3"]
-    kind: Kind
-    importance: Importance
-    sentiment: Signed
-    user_id: str | None = None
-    created_at: datetime
-    trace: Trace
-    promoted: bool = False
 
 
 class NewMemory(NamedTuple):

@@ -18,8 +18,8 @@ from uuid import UUID
 
 from processors.build import fields, trusted
 from processors.config import MemoryConfig
-from processors.consolidation import Consolidation, ConsolidationState
-from processors.episodes import Episodes, EpisodesState
+from processors.consolidation import Consolidation
+from processors.episodes import Episodes
 from processors.erasure import (
     Owner,
     open_sessions_of,
@@ -29,12 +29,15 @@ from processors.erasure import (
     purge_persona,
     purge_sessions,
 )
-from processors.facts import Facts, FactsState
+from processors.facts import Facts
 from processors.ids import uuid5_of
-from processors.memories import Change, Memories, MemoryItem
-from processors.persona import Persona, PersonaState, Skills, SkillsState
+from processors.memories import Change, Memories
+from processors.persona import Persona, Skills
 from processors.rebase import Past, RebaseRefused, Replayed, fold_past, rebase_changes, rename
-from processors.working import SessionState, WorkingMemory
+from processors.state import (
+    AgentState,
+)
+from processors.working import WorkingMemory
 from schemas import (
     DERIVED_TYPES,
     AgentForked,
@@ -70,34 +73,6 @@ from schemas import (
     WorkingUpdated,
 )
 from schemas.uuids import canonical
-
-
-class AgentState(Model):
-    """Serialised memory of one agent: what is needed to resume the fold exactly.
-
-    ``recent_ids`` is the base64 of the 16-byte ids of the agent's last
-    ``dedupe_window`` events, oldest first, packed end to end.
-    """
-
-    agent_id: str
-    seq: int = -1
-    recent_ids: str = ""
-    sessions: list[SessionState] = []
-    episodes: EpisodesState = EpisodesState()
-    memories: list[MemoryItem] = []
-    consolidation: ConsolidationState = ConsolidationState()
-    facts: FactsState = FactsState()
-    persona: PersonaState = PersonaState()
-    skills: SkillsState = SkillsState()
-    session_users: dict[str, str] = {}
-    """The user of each open session that has one (the first its events named)."""
-    persona_users: list[str | None] = []
-    """The user of each persona version's update, in step with ``persona.versions``."""
-
-    def recent(self) -> list[bytes]:
-        packed = base64.b64decode(self.recent_ids)
-        return [packed[i : i + 16] for i in range(0, len(packed), 16)]
-
 
 Scoped = tuple[type[DerivedEvent], Model, str | None, str | None]
 """A change with the session and user it belongs to."""

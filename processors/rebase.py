@@ -28,13 +28,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from processors.config import MemoryConfig
-from processors.consolidation import ConsolidationState
-from processors.episodes import EpisodesState
 from processors.forgetting import retention
 from processors.ids import uuid5_str
-from processors.memories import MemoryItem
 from processors.persona import PersonaVersion, SkillRecord
-from processors.working import SessionState
+from processors.state import ConsolidationState, EpisodesState, MemoryItem, SessionState
 from schemas import (
     DerivedEvent,
     Event,

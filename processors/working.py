@@ -34,19 +34,16 @@ import heapq
 import math
 import re
 from datetime import datetime, timedelta
-from typing import Annotated
-
-from pydantic import Field
 
 from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS, ScoringParams
 from processors.sentences import iter_sentences
+from processors.state import SessionState, WorkingParams
 from processors.summary import summarise
 from schemas import (
     ClockTicked,
     Event,
     InteractionRecorded,
-    Model,
     SessionEnded,
     SessionStarted,
     ToolCalled,
@@ -59,48 +56,7 @@ from schemas import (
 SUMMARY_ROLE = "summary"
 
 
-class WorkingParams(Model):
-    """L1 parameters besides the turn cap, which is ``MemoryConfig.working_turns``.
-
-    ``compress_to``: when compression runs, the turns kept verbatim are brought
-    under this fraction of the budget, the rest being left for the summary, so
-    that compression does not run again at every new turn.
-    """
-
-    token_budget: Annotated[int, Field(ge=1)] = 2000
-    compress_to: Annotated[float, Field(gt=0, le=1)] = 0.75
-    summary_chars: Annotated[int, Field(ge=16)] = 400
-    offload_chars: Annotated[int, Field(ge=1)] = 2000
-    offload_head_tokens: Annotated[int, Field(ge=1)] = 50
-    idle_ttl_s: Annotated[float, Field(gt=0)] = 7200.0
-    max_sessions: Annotated[int, Field(ge=1)] = 256
-    """Open sessions per agent; past it the least recently active ones are cleared.
-
-    Working memory is part of the agent's state, saved whole (at one flush in ten, see
-    ``streams.pipeline.STATE_SAVE_EVERY``; at every flush before): without
-    a cap an agent that opens sessions faster than the idle TTL clears them grows its
-    state without end (measured: 1 000 sessions of 20 short turns, 3.9 MB, 45–75 ms
-    to serialise per flush), past the 8 MiB a record of the state changelog may
-    hold. 256 sessions of 20 short turns measured 1.0 MB; at a full token budget
-    (2 000 tokens, about 8 000 Latin characters each) they would be about 2 MB."""
-
-
 DEFAULT_WORKING = WorkingParams()
-
-
-class SessionState(Model):
-    """Serialised form of one session's working memory. ``dropped`` counts the
-    entries that left without a trace (turn cap, last-resort eviction);
-    ``compressed`` those folded into the summary."""
-
-    session_id: str
-    turns: list[Turn] = []
-    task: str | None = None
-    variables: dict[str, str] = {}
-    scratchpad: str | None = None
-    dropped: int = 0
-    compressed: int = 0
-    last_at: datetime
 
 
 class SessionWorking:

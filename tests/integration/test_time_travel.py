@@ -35,9 +35,8 @@ from engram.snapshot import UnknownAgent, take_snapshot
 from engram.transfer import archive_opener
 from ops.bench.timetravel import comparable, history_of, moments
 from processors import AgentMemory, MemoryConfig
-from processors.consolidation import ConsolidationParams
 from processors.forgetting import ForgettingParams
-from processors.working import WorkingParams
+from processors.state import ConsolidationParams, WorkingParams
 from schemas import Codec, DerivedEvent, Event
 from sinks.clickhouse import ClickHouseHistory, SequencedEvent
 from sinks.keys import OpenEvent

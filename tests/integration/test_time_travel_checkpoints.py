@@ -33,7 +33,7 @@ from engram.events import make_event
 from engram.snapshot import replay_start, take_snapshot
 from ops.bench.timetravel import history_of, moments
 from processors import AgentMemory, MemoryConfig, Step
-from processors.working import WorkingParams
+from processors.state import WorkingParams
 from schemas import Codec, DerivedEvent, Event, MemoryForked, MemoryRolledBack
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import Checkpoint, ClickHouseHistory, SequencedEvent

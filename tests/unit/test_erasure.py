@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.erasure import Owner, refold_fact, refold_persona
-from processors.facts import FactVersion
 from processors.persona import PersonaVersion
+from processors.state import FactVersion
 from schemas import (
     ClockTicked,
     Codec,

@@ -12,7 +12,8 @@ from uuid import UUID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.facts import Facts, FactsState, FactVersion
+from processors.facts import Facts
+from processors.state import FactsState, FactVersion
 from schemas import Event, FactAsserted, FactRetracted, FactSetBody
 
 AGENT = "agent-facts"

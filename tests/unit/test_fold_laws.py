@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from processors import AgentMemory, AgentState, MemoryConfig, as_of, evolve
 from processors.episodes import memory_id_of
 from processors.ids import ENGRAM_NAMESPACE, derived_id
+from processors.state import WorkingParams
 from processors.summary import summarise
-from processors.working import WorkingParams, estimate_tokens, offload
+from processors.working import estimate_tokens, offload
 from schemas import (
     ClockTicked,
     DerivedEvent,

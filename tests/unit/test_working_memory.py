@@ -12,8 +12,9 @@ from uuid import UUID
 import pytest
 
 from processors import AgentMemory, MemoryConfig
+from processors.state import WorkingParams
 from processors.summary import split_sentences
-from processors.working import WorkingMemory, WorkingParams, estimate_tokens
+from processors.working import WorkingMemory, estimate_tokens
 from schemas import (
     BadEvent,
     ClockTicked,
