@@ -159,7 +159,16 @@ def test_a_config_change_changes_the_derived_log() -> None:
 
 TEXTS = st.one_of(
     st.sampled_from(
-        ["hello", "please remember my flight", "我喜欢绿茶", "明天下午三点开会", "ok 好的", ""]
+        [
+            "hello",
+            "please remember my flight",
+            "我喜欢绿茶",
+            "明天下午三点开会",
+            "ok 好的",
+            "",
+            "My flight to Lisbon leaves at nine. Please book a taxi for seven tomorrow.",
+            "我们明天下午三点开会。请把项目预算和时间表发给我。",
+        ]
     ),
     st.text(max_size=12),
     st.text(st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), max_size=8),
