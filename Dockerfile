@@ -7,10 +7,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# A regular (non-editable) install: pyproject.toml lists the packages. On arm64
-# faust-streaming has no wheel and builds without its C speedups (no compiler).
+# A regular (non-editable) install: pyproject.toml lists the packages; setup.py
+# compiles the fold with mypyc, hence the C compiler, removed after the build.
 COPY . /tmp/engram
-RUN pip install /tmp/engram && rm -rf /tmp/engram
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install /tmp/engram \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* /tmp/engram
 
 RUN useradd --system --create-home --home-dir /home/engram --uid 10001 engram \
     && mkdir -p /var/lib/engram \

@@ -6,16 +6,27 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_WORKERS ?= 3
 PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
+COMPILED := $(VENV)/.compiled-stamp
+
 .PHONY: demo test test-kafka test-crash lint bench clean
 
+# The dependencies, with the package installed in place (editable) as plain Python.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	ENGRAM_PURE_PYTHON=1 $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The fold's modules compiled by mypyc (setup.py, about a minute on 2 cores), again
+# whenever one of them changes: an extension left older than its source would run
+# the old code (tests/unit/test_compiled_fold.py fails if one is).
+$(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py)
+	@echo "== compiling the fold with mypyc (setup.py)"
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(COMPILED)
+
 ## Set everything up and run the demo on the embedded stack.
-demo: $(STAMP)
+demo: $(COMPILED)
 	$(BIN)/engram demo
 
 ## Set everything up and run lint, types and every test (on the embedded Tansu broker),
@@ -26,7 +37,7 @@ demo: $(STAMP)
 ## in the runs before (tests/conftest.py, LongestFilesFirst; xdist's own order, by number
 ## of tests, left the slow files of one or two tests for last). Each pass ends with its
 ## 15 slowest tests, so a slow CI machine shows where the time goes.
-test: $(STAMP)
+test: $(COMPILED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -37,7 +48,7 @@ test: $(STAMP)
 ## tests/conftest.py), on Apache Kafka (jars from Maven Central, see ops/kafka/); the
 ## others do not change with the broker and ran in the first pass. Skipped, saying why,
 ## where Java >= 17 or Maven is missing (`python -m ops.kafka --check` exits 3).
-test-kafka: $(STAMP)
+test-kafka: $(COMPILED)
 	@status=0; reason=$$($(BIN)/python -m ops.kafka --check) || status=$$?; \
 	if [ $$status -eq 3 ]; then \
 		echo "SKIPPED the integration tests on Apache Kafka: $$reason"; \
@@ -52,13 +63,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/mypy
 
 ## The ingest benchmark (see BENCHMARKS.md).
-bench: $(STAMP)
+bench: $(COMPILED)
 	$(BIN)/python -m ops.bench.ingest
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.so processors/*.so
 
 ## kill -9 crash tests on Apache Kafka (marker `crash`, about 3 minutes: left out of
 ## `make test` to keep it short; `python -m ops.crash --points 20` is the long version).
-test-crash: $(STAMP)
+test-crash: $(COMPILED)
 	$(BIN)/pytest -q -m crash tests/integration/test_crash.py

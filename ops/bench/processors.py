@@ -46,6 +46,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import processors.memory
 from processors import AgentMemory, AgentState, MemoryConfig
 from processors.episodes import memory_id_of
 from schemas import (
@@ -475,6 +476,7 @@ def main() -> None:
         "agents": args.agents,
         "workload": args.workload,
         "gc_freeze": not args.no_freeze,
+        "fold_compiled": fold_compiled(),
     }
     if args.digest:
         digests = {
@@ -515,6 +517,12 @@ def main() -> None:
             indent=2,
         )
     )
+
+
+def fold_compiled() -> bool:
+    """Whether the fold runs from the extensions mypyc built (``setup.py``), not from
+    its Python sources."""
+    return not str(processors.memory.__file__).endswith(".py")
 
 
 def machine() -> str:

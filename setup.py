@@ -1,0 +1,42 @@
+"""Compiles the fold's pure modules with mypyc; everything else is in pyproject.toml.
+
+The modules listed in ``COMPILED`` are the fold's hot path (``processors/``): mypyc
+turns their typed Python into C extensions, with the same behaviour (the fold's golden
+digests, ``tests/unit/test_fold_golden.py``, hold the compiled fold to the same bytes).
+Their ``.py`` sources stay beside the extensions and are what a reader and mypy see.
+
+``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
+the same modules then run as plain Python, slower.
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import setup
+
+COMPILED = [
+    "processors/build.py",
+    "processors/erasure.py",
+    "processors/ids.py",
+    "processors/memo.py",
+    "processors/sentences.py",
+    "processors/summary.py",
+    "processors/working.py",
+    "processors/episodes.py",
+    "processors/memories.py",
+    "processors/consolidation.py",
+    "processors/facts.py",
+    "processors/memory.py",
+]
+
+
+def _extensions() -> list[object]:
+    if os.environ.get("ENGRAM_PURE_PYTHON") == "1":
+        return []
+    from mypyc.build import mypycify
+
+    return list(mypycify(COMPILED, opt_level="3", group_name="processors"))
+
+
+setup(ext_modules=_extensions())

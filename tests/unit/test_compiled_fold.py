@@ -1,0 +1,75 @@
+"""The fold runs compiled by mypyc (``setup.py``), from extensions built from its
+current sources, and gives the same bytes as the same sources run as plain Python."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PURE = os.environ.get("ENGRAM_PURE_PYTHON") == "1"
+REBUILD = "run `make` (or `pip install -e .`) to compile the fold again"
+
+
+def compiled_modules() -> list[str]:
+    """The modules ``setup.py`` compiles (its ``COMPILED`` list), as module names."""
+    for node in ast.parse((REPO / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
+            paths: list[str] = ast.literal_eval(node.value)
+            return [path.removesuffix(".py").replace("/", ".") for path in paths]
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def test_setup_compiles_the_fold() -> None:
+    assert {"processors.memory", "processors.working", "processors.episodes"} <= set(
+        compiled_modules()
+    )
+
+
+@pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")
+def test_the_fold_runs_compiled() -> None:
+    for name in compiled_modules():
+        path = str(importlib.import_module(name).__file__)
+        assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name} runs from {path}: {REBUILD}"
+
+
+def test_no_extension_is_older_than_its_source() -> None:
+    for name in compiled_modules():
+        source = REPO / (name.replace(".", "/") + ".py")
+        for built in source.parent.glob(f"{source.stem}.*.so"):
+            assert built.stat().st_mtime >= source.stat().st_mtime, (
+                f"{built.name} is older than {source.name}: {REBUILD}"
+            )
+
+
+def _digests(cwd: Path, workload: str) -> dict[str, object]:
+    command = [sys.executable, "-m", "ops.bench.processors", "--digest", "--events", "4000"]
+    command += ["--agents", "20", "--workload", workload]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: nothing compiled to compare")
+@pytest.mark.parametrize("workload", ["bench", "rich"])
+def test_the_compiled_fold_gives_the_bytes_of_the_python_fold(
+    tmp_path: Path, workload: str
+) -> None:
+    # a copy of the sources alone, first on the path when run from its directory
+    ignore = shutil.ignore_patterns("*.so", "__pycache__")
+    shutil.copytree(REPO / "processors", tmp_path / "processors", ignore=ignore)
+    compiled, python = _digests(REPO, workload), _digests(tmp_path, workload)
+    assert compiled["fold_compiled"] is True
+    assert python["fold_compiled"] is False
+    assert compiled["exponential"] == python["exponential"]
+    assert compiled["fsrs"] == python["fsrs"]
