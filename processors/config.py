@@ -14,8 +14,13 @@ from typing import Annotated
 from pydantic import Field
 
 from processors.forgetting import ForgettingParams
-from processors.scoring import ScoringParams
-from processors.state import ConsolidationParams, EpisodeParams, PromotionParams, WorkingParams
+from processors.state import (
+    ConsolidationParams,
+    EpisodeParams,
+    PromotionParams,
+    ScoringParams,
+    WorkingParams,
+)
 from schemas import Model
 
 

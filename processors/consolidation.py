@@ -14,8 +14,14 @@ from uuid import uuid5
 from processors.build import fields, trusted, updated
 from processors.ids import ENGRAM_NAMESPACE
 from processors.memories import NewMemory
-from processors.scoring import Scores, ScoringParams, aggregate
-from processors.state import ConsolidationParams, ConsolidationState, Window, WindowEpisode
+from processors.scoring import Scores, aggregate
+from processors.state import (
+    ConsolidationParams,
+    ConsolidationState,
+    ScoringParams,
+    Window,
+    WindowEpisode,
+)
 from processors.summary import summarise
 from schemas import EpisodeBody
 

@@ -18,14 +18,8 @@ from uuid import UUID
 from processors.build import fields, trusted
 from processors.ids import uuid5_str
 from processors.memories import NewMemory
-from processors.scoring import (
-    DEFAULT_PARAMS,
-    ScoringParams,
-    aggregate_values,
-    analyse_turn,
-    analysis,
-)
-from processors.state import EpisodeParams, EpisodesState, EpisodeTurn, OpenEpisode
+from processors.scoring import DEFAULT_PARAMS, aggregate_values, analyse_turn, analysis
+from processors.state import EpisodeParams, EpisodesState, EpisodeTurn, OpenEpisode, ScoringParams
 from processors.summary import SUMMARISER_NAME, summarise
 from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, SessionEnded
 

@@ -19,16 +19,14 @@ import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property, reduce
+from functools import reduce
 from itertools import chain
 from operator import add
-from typing import Annotated, NamedTuple
-
-from pydantic import Field
+from typing import NamedTuple
 
 from processors.memo import Memo
 from processors.sentences import sentences_and_gaps
-from schemas import Model
+from processors.state import ScoringParams
 
 CJK = (
     "\u3005\u3007"  # 々 〇
@@ -120,178 +118,7 @@ def _cjk_grams(run: str) -> Iterator[str]:
             yield run[i : i + 2]
 
 
-# --- lexicons -----------------------------------------------------------------
-
-IMPORTANCE_MARKERS: Mapping[str, float] = {
-    # English
-    "remember": 2.0, "don't forget": 2.0, "dont forget": 2.0, "do not forget": 2.0,
-    "important": 2.0, "importantly": 1.5, "crucial": 2.0, "critical": 2.0,
-    "essential": 1.5, "urgent": 2.0, "asap": 1.5, "always": 1.0, "never": 1.0,
-    "must": 1.5, "make sure": 1.5, "deadline": 2.0, "due": 1.0, "allergic": 3.0,
-    "allergy": 3.0, "allergies": 3.0, "password": 2.5, "pin": 1.5, "birthday": 2.0,
-    "anniversary": 2.0, "wedding": 1.5, "married": 1.5, "pregnant": 2.0,
-    "diagnosed": 2.5, "hospital": 1.5, "emergency": 2.5, "address": 1.0,
-    "phone number": 1.0, "promise": 1.5, "prefer": 1.0, "preference": 1.0,
-    "favorite": 1.0, "favourite": 1.0,
-    # Chinese
-    "记住": 2.0, "别忘": 2.0, "不要忘": 2.0, "重要": 2.0, "关键": 1.5, "紧急": 2.0,
-    "一定": 1.5, "千万": 1.5, "务必": 1.5, "必须": 1.5, "永远": 1.0, "从不": 1.0,
-    "绝不": 1.0, "总是": 1.0, "过敏": 3.0, "截止": 2.0, "期限": 1.5, "生日": 2.0,
-    "纪念日": 2.0, "密码": 2.5, "结婚": 1.5, "怀孕": 2.0, "确诊": 2.5, "医院": 1.5,
-    "急诊": 2.5, "地址": 1.0, "电话": 1.0, "答应": 1.5, "承诺": 1.5, "偏好": 1.0,
-    "最爱": 1.0,
-}  # fmt: skip
-"""Cue -> importance added when the cue occurs (each distinct cue counts once)."""
-
-POLARITY: Mapping[str, float] = {
-    # English, positive
-    "love": 0.9, "loved": 0.9, "loves": 0.9, "like": 0.5, "liked": 0.5, "likes": 0.5,
-    "enjoy": 0.6, "enjoyed": 0.6, "great": 0.7, "good": 0.5, "excellent": 0.8,
-    "amazing": 0.8, "awesome": 0.8, "wonderful": 0.8, "fantastic": 0.8, "perfect": 0.7,
-    "happy": 0.7, "glad": 0.6, "thanks": 0.5, "thank you": 0.5, "appreciate": 0.6,
-    "nice": 0.5, "excited": 0.7, "best": 0.6, "beautiful": 0.6, "helpful": 0.5,
-    "pleased": 0.6, "delighted": 0.8, "satisfied": 0.6, "fun": 0.5, "cool": 0.4,
-    # English, negative
-    "hate": -0.9, "hated": -0.9, "hates": -0.9, "terrible": -0.8, "awful": -0.8,
-    "horrible": -0.8, "bad": -0.6, "worst": -0.8, "angry": -0.8, "annoyed": -0.6,
-    "annoying": -0.6, "frustrated": -0.7, "frustrating": -0.7, "sad": -0.6,
-    "upset": -0.7, "disappointed": -0.7, "disappointing": -0.7, "sorry": -0.3,
-    "wrong": -0.4, "broken": -0.5, "failed": -0.5, "worried": -0.5, "afraid": -0.5,
-    "scared": -0.6, "hurt": -0.6, "dislike": -0.6, "useless": -0.7, "stupid": -0.7,
-    "disgusting": -0.8, "furious": -0.9, "unhappy": -0.7, "painful": -0.6,
-    # Chinese, positive
-    "喜欢": 0.6, "爱": 0.7, "热爱": 0.8, "太好了": 0.8, "很好": 0.6, "真好": 0.6,
-    "好棒": 0.8, "棒": 0.7, "不错": 0.5, "谢谢": 0.5, "感谢": 0.6, "开心": 0.7,
-    "高兴": 0.7, "快乐": 0.7, "满意": 0.6, "完美": 0.7, "优秀": 0.6, "精彩": 0.6,
-    "厉害": 0.5, "幸福": 0.8, "兴奋": 0.6, "期待": 0.5, "赞": 0.6, "舒服": 0.5,
-    "顺利": 0.5, "成功": 0.5,
-    # Chinese, negative
-    "讨厌": -0.8, "恨": -0.8, "糟糕": -0.7, "生气": -0.7, "愤怒": -0.9, "失望": -0.7,
-    "难过": -0.7, "伤心": -0.7, "郁闷": -0.6, "不爽": -0.6, "差劲": -0.7, "太差": -0.7,
-    "很差": -0.6, "不好": -0.5, "不满": -0.6, "垃圾": -0.7, "痛苦": -0.8, "担心": -0.5,
-    "害怕": -0.6, "焦虑": -0.6, "崩溃": -0.8, "后悔": -0.6, "抱歉": -0.2, "对不起": -0.3,
-    "失败": -0.5, "无聊": -0.5, "难受": -0.6, "恶心": -0.8, "气死": -0.9, "可惜": -0.4,
-    "烦": -0.5,
-}  # fmt: skip
-"""Cue -> polarity in [-1, 1]; flipped (and damped) when negated."""
-
-CONFIDENCE_CUES: Mapping[str, float] = {
-    # hedges
-    "maybe": -0.15, "perhaps": -0.15, "probably": -0.1, "possibly": -0.15,
-    "might": -0.1, "i think": -0.1, "i guess": -0.15, "i believe": -0.05,
-    "not sure": -0.2, "unsure": -0.2, "i don't know": -0.2, "no idea": -0.2,
-    "seems": -0.1, "kind of": -0.05, "sort of": -0.05, "not necessarily": -0.1,
-    "可能": -0.15, "也许": -0.15, "或许": -0.15, "大概": -0.1, "好像": -0.1,
-    "似乎": -0.1, "我觉得": -0.05, "估计": -0.1, "说不定": -0.15, "不确定": -0.2,
-    "不知道": -0.15, "不一定": -0.15,
-    # assertions
-    "definitely": 0.1, "certainly": 0.1, "absolutely": 0.1, "for sure": 0.1,
-    "i'm sure": 0.1, "confirmed": 0.15, "exactly": 0.05, "always": 0.05, "never": 0.05,
-    "确定": 0.1, "肯定": 0.1, "一定": 0.1, "绝对": 0.1, "确实": 0.1, "当然": 0.1,
-    "没错": 0.1,
-}  # fmt: skip
-"""Cue -> confidence shift; hedges lower it, assertions raise it."""
-
-NEGATORS = (
-    "not", "no", "never", "don't", "dont", "doesn't", "didn't", "isn't", "wasn't",
-    "aren't", "weren't", "won't", "can't", "cannot", "couldn't", "wouldn't",
-    "shouldn't", "hardly", "nor", "without",
-)  # fmt: skip
-INTENSIFIERS = (
-    "very", "so", "really", "extremely", "super", "totally", "absolutely", "too",
-    "incredibly", "truly", "quite", "非常", "特别", "十分", "极其", "超级", "无比",
-    "真的", "太", "很", "超", "好", "真", "最",
-)  # fmt: skip
-
-
-class ScoringParams(Model):
-    """Every number of the default scorer and summariser; defaults are the shipped ones.
-
-    Importance (1..10) = ``importance_base`` + min(Σ distinct markers,
-    ``marker_cap``) + min(``entity_weight`` · #entities, ``entity_cap``) +
-    ``length_max`` · min(1, words / ``length_scale``) + ``exclaim_importance`` (if
-    any ``!``) + ``arousal_weight`` · |sentiment|, where words = Latin words +
-    CJK characters / ``cjk_chars_per_word``.
-
-    Sentiment (-1..1) = tanh(``sentiment_gain`` · Σ cue polarity · m), with
-    m = −``negation_factor`` for a negated cue, ``intensifier_boost`` for an
-    intensified one, else 1; the sum is amplified by ``exclaim_sentiment`` per
-    ``!`` (at most three).
-
-    Confidence (0..1) = ``confidence_base`` + Σ distinct confidence cues −
-    ``question_penalty`` (if a question), clamped to [``confidence_min``,
-    ``confidence_max``].
-    """
-
-    importance_base: Annotated[float, Field(ge=1.0, le=10.0)] = 2.0
-    marker_cap: Annotated[float, Field(ge=0.0)] = 6.0
-    entity_weight: Annotated[float, Field(ge=0.0)] = 0.4
-    entity_cap: Annotated[float, Field(ge=0.0)] = 1.5
-    length_max: Annotated[float, Field(ge=0.0)] = 1.5
-    length_scale: Annotated[float, Field(gt=0.0)] = 30.0
-    cjk_chars_per_word: Annotated[float, Field(gt=0.0)] = 1.5
-    exclaim_importance: Annotated[float, Field(ge=0.0)] = 0.5
-    arousal_weight: Annotated[float, Field(ge=0.0)] = 1.5
-    sentiment_gain: Annotated[float, Field(gt=0.0)] = 1.0
-    negation_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
-    intensifier_boost: Annotated[float, Field(ge=1.0)] = 1.3
-    exclaim_sentiment: Annotated[float, Field(ge=0.0)] = 0.1
-    negation_window: Annotated[int, Field(ge=1)] = 3
-    confidence_base: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
-    confidence_min: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
-    confidence_max: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    question_penalty: Annotated[float, Field(ge=0.0)] = 0.1
-    episode_peak_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
-    summary_tf_weight: Annotated[float, Field(ge=0.0)] = 1.0
-    summary_position_weight: Annotated[float, Field(ge=0.0)] = 0.2
-    summary_importance_weight: Annotated[float, Field(ge=0.0)] = 1.0
-    summary_redundancy: Annotated[float, Field(gt=0.0, le=1.0)] = 0.6
-    importance_markers: dict[str, Annotated[float, Field(ge=0.0)]] = Field(
-        default_factory=lambda: dict(IMPORTANCE_MARKERS)
-    )
-    polarity: dict[str, Annotated[float, Field(ge=-1.0, le=1.0)]] = Field(
-        default_factory=lambda: dict(POLARITY)
-    )
-    confidence_cues: dict[str, float] = Field(default_factory=lambda: dict(CONFIDENCE_CUES))
-    negators: tuple[str, ...] = NEGATORS
-    negator_chars: str = "不没别未无"
-    intensifiers: tuple[str, ...] = INTENSIFIERS
-
-    @cached_property
-    def importance_lexicon(self) -> Lexicon:
-        return Lexicon.build(self.importance_markers)
-
-    @cached_property
-    def polarity_lexicon(self) -> Lexicon:
-        return Lexicon.build(self.polarity)
-
-    @cached_property
-    def confidence_lexicon(self) -> Lexicon:
-        return Lexicon.build(self.confidence_cues)
-
-    @cached_property
-    def negator_set(self) -> frozenset[str]:
-        return frozenset(self.negators)
-
-    @cached_property
-    def intensifier_set(self) -> frozenset[str]:
-        return frozenset(self.intensifiers)
-
-    @cached_property
-    def reads_apart(self) -> bool:
-        """Whether :func:`analysis` may read a text sentence by sentence (see
-        :func:`_parts`): no cue holds a clause end (so none spans two sentences), and no
-        intensifier or negator character holds a space (so the space between two
-        sentences changes no negation's scope)."""
-        lexicons = (self.importance_lexicon, self.polarity_lexicon, self.confidence_lexicon)
-        if any(_CLAUSE_END.search(cue) for lexicon in lexicons for cue in lexicon.weights):
-            return False
-        return not any(char.isspace() for char in "".join(self.intensifiers) + self.negator_chars)
-
-    @cached_property
-    def intensifier_chars(self) -> frozenset[str]:
-        """Every character of an intensifier: a window without any has none to remove."""
-        return frozenset("".join(self.intensifiers))
+# --- lexicons: processors.cues; the parameters: processors.state.ScoringParams ---
 
 
 _W = f"[^\\W_{CJK}]"
@@ -504,6 +331,42 @@ def _whole_word_at(norm: str, start: int, cue: str) -> bool:
     return bool(_STARTS_WORD_AT.match(norm, start)) and bool(_ENDS_WORD_AT.match(norm, end))
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What the scorer reads a text with under one :class:`ScoringParams`: its
+    lexicons, built once per parameter set (see :func:`reading`)."""
+
+    importance: Lexicon
+    polarity: Lexicon
+    confidence: Lexicon
+    negators: frozenset[str]
+    intensifiers: frozenset[str]
+    intensifier_chars: frozenset[str]
+    """Every character of an intensifier: a window without any has none to remove."""
+    apart: bool
+    """Whether :func:`analysis` may read a text sentence by sentence (see
+    :func:`_read`): no cue holds a clause end (so none spans two sentences), and no
+    intensifier or negator character holds a space (so the space between two
+    sentences changes no negation's scope)."""
+
+    @staticmethod
+    def of(params: ScoringParams) -> Reading:
+        lexicons = (
+            Lexicon.build(params.importance_markers),
+            Lexicon.build(params.polarity),
+            Lexicon.build(params.confidence_cues),
+        )
+        cut = any(_CLAUSE_END.search(cue) for lexicon in lexicons for cue in lexicon.weights)
+        spaced = any(c.isspace() for c in "".join(params.intensifiers) + params.negator_chars)
+        return Reading(
+            *lexicons,
+            negators=frozenset(params.negators),
+            intensifiers=frozenset(params.intensifiers),
+            intensifier_chars=frozenset("".join(params.intensifiers)),
+            apart=not cut and not spaced,
+        )
+
+
 DEFAULT_PARAMS = ScoringParams()
 
 
@@ -618,6 +481,7 @@ class _Parts(NamedTuple):
 
 class _Memo(NamedTuple):
     params: ScoringParams
+    reading: Reading
     texts: Memo[Analysis]
     sentences: Memo[_Part]
 
@@ -626,17 +490,22 @@ _MEMOS: dict[int, _Memo] = {}
 
 
 def _memo_of(params: ScoringParams) -> _Memo:
-    """The texts and sentences ``params`` has read, found by identity: a copy of
-    ``params`` (``model_copy(update=...)``) gets its own; each entry holds its
-    ``params``, so the id is not reused while the entry lives."""
+    """The lexicons of ``params`` and the texts and sentences it has read, found by
+    identity: a copy of ``params`` (``model_copy(update=...)``) gets its own; each entry
+    holds its ``params``, so the id is not reused while the entry lives."""
     entry = _MEMOS.get(id(params))
     if entry is None or entry.params is not params:
         if len(_MEMOS) >= 64:
             _MEMOS.clear()
         texts: Memo[Analysis] = Memo(MEMO_TEXTS, MEMO_TOTAL_CHARS, MEMO_CHARS)
         sentences: Memo[_Part] = Memo(MEMO_SENTENCES, MEMO_TOTAL_CHARS, MEMO_CHARS)
-        entry = _MEMOS[id(params)] = _Memo(params, texts, sentences)
+        entry = _MEMOS[id(params)] = _Memo(params, Reading.of(params), texts, sentences)
     return entry
+
+
+def reading(params: ScoringParams) -> Reading:
+    """The lexicons of ``params``, built the first time they are asked for."""
+    return _memo_of(params).reading
 
 
 def analysis(text: str, params: ScoringParams) -> Analysis:
@@ -661,7 +530,7 @@ def _read(text: str, params: ScoringParams, memo: Memo[_Part]) -> _Part:
     """What the scorer reads in ``text``: the total of the parts of its sentences
     (:func:`~processors.sentences.sentences_and_gaps`) when they add up to what reading
     the text at once gives (:func:`_adds_up`), else the text read at once."""
-    if params.reads_apart:
+    if reading(params).apart:
         sentences, gaps = sentences_and_gaps(text)
         if len(sentences) == 1 and not gaps[0] and text.endswith(sentences[0]):
             return _sentence_part(text, params, memo)  # the text is its one sentence
@@ -695,14 +564,15 @@ def _part(text: str, norm: str, params: ScoringParams) -> _Part:
         return _Part(
             norm, 0, 0, bangs, asks, (), _NONE, _NONE, entities, ends, follows, lead, stable
         )
+    read = reading(params)
     felt = tuple(
         [
             weight * _modifier(norm, start, cue, params)
-            for start, cue, weight in params.polarity_lexicon.find(norm, words)
+            for start, cue, weight in read.polarity.find(norm, words)
         ]
     )
-    marked = params.importance_lexicon.distinct_of(norm, words)
-    hedged = params.confidence_lexicon.distinct_of(norm, words)
+    marked = read.importance.distinct_of(norm, words)
+    hedged = read.confidence.distinct_of(norm, words)
     return _Part(
         norm, len(words), cjk, bangs, asks, felt, marked, hedged, entities, ends, follows, lead,
         stable,
@@ -768,7 +638,7 @@ def _first_entities(entities: Sequence[tuple[str, ...]], limit: int = 10) -> tup
 # The scores: every cue, word and clause (a negation's scope) ends at a clause end
 # (``_CLAUSE_END``): when the normalised text is the normalised sentences joined by
 # their gaps (a space, or nothing) and each sentence but the last ends with a clause
-# end, the cues of the text are those of its sentences (the params' ``reads_apart``).
+# end, the cues of the text are those of its sentences (:attr:`Reading.apart`).
 # The entities: no rule may match across a gap, and each rule's context must read the
 # same in a sentence alone (see _adds_up).
 
@@ -919,7 +789,7 @@ def _importance(
     p: ScoringParams,
 ) -> float:
     """Base + markers + entities + length + exclamation + arousal, in 1..10."""
-    markers = min(p.importance_lexicon.sum_of(marked), p.marker_cap)
+    markers = min(reading(p).importance.sum_of(marked), p.marker_cap)
     named = min(p.entity_weight * entities, p.entity_cap)
     size = p.length_max * min(1.0, length / p.length_scale)
     exclaim = p.exclaim_importance if exclaimed else 0.0
@@ -939,16 +809,17 @@ def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
     if _CJK_CHAR.match(cue[0]):
         window = clause[-(params.negation_window + 1) :]
         plain = window
-        if not params.intensifier_chars.isdisjoint(window):
+        if not reading(params).intensifier_chars.isdisjoint(window):
             for word in params.intensifiers:
                 plain = plain.replace(word, "")
         negated = any(char in plain[-params.negation_window :] for char in params.negator_chars)
         intensified = plain != window
     else:
         words = _LATIN_WORD.findall(clause)[-params.negation_window :]
-        negators = params.negator_set
+        read = reading(params)
+        negators = read.negators
         negated = any(w in negators or w.endswith("n't") for w in words)
-        intensified = not params.intensifier_set.isdisjoint(words)
+        intensified = not read.intensifiers.isdisjoint(words)
     if negated:
         return -params.negation_factor
     return params.intensifier_boost if intensified else 1.0
@@ -956,7 +827,7 @@ def _modifier(norm: str, start: int, cue: str, params: ScoringParams) -> float:
 
 def _confidence(hedged: frozenset[str], asks: bool, params: ScoringParams) -> float:
     """Base + distinct hedge/assertion cues − question penalty, clamped."""
-    shift = params.confidence_lexicon.sum_of(hedged)
+    shift = reading(params).confidence.sum_of(hedged)
     question = params.question_penalty if asks else 0.0
     value = params.confidence_base + shift - question
     return _clamp(value, params.confidence_min, params.confidence_max)

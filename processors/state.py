@@ -16,6 +16,13 @@ from uuid import UUID
 
 from pydantic import Field
 
+from processors.cues import (
+    CONFIDENCE_CUES,
+    IMPORTANCE_MARKERS,
+    INTENSIFIERS,
+    NEGATORS,
+    POLARITY,
+)
 from processors.forgetting import Trace
 from processors.persona import PersonaState, SkillsState
 from schemas import Model, Turn
@@ -23,6 +30,60 @@ from schemas.base import Importance, Signed, Unit, UtcMillis
 
 Kind = Literal["turn", "episode", "semantic", "core", "fact"]
 """What a memory was made from."""
+
+
+class ScoringParams(Model):
+    """Every number of the default scorer and summariser; defaults are the shipped ones.
+
+    Importance (1..10) = ``importance_base`` + min(Σ distinct markers,
+    ``marker_cap``) + min(``entity_weight`` · #entities, ``entity_cap``) +
+    ``length_max`` · min(1, words / ``length_scale``) + ``exclaim_importance`` (if
+    any ``!``) + ``arousal_weight`` · |sentiment|, where words = Latin words +
+    CJK characters / ``cjk_chars_per_word``.
+
+    Sentiment (-1..1) = tanh(``sentiment_gain`` · Σ cue polarity · m), with
+    m = −``negation_factor`` for a negated cue, ``intensifier_boost`` for an
+    intensified one, else 1; the sum is amplified by ``exclaim_sentiment`` per
+    ``!`` (at most three).
+
+    Confidence (0..1) = ``confidence_base`` + Σ distinct confidence cues −
+    ``question_penalty`` (if a question), clamped to [``confidence_min``,
+    ``confidence_max``].
+    """
+
+    importance_base: Annotated[float, Field(ge=1.0, le=10.0)] = 2.0
+    marker_cap: Annotated[float, Field(ge=0.0)] = 6.0
+    entity_weight: Annotated[float, Field(ge=0.0)] = 0.4
+    entity_cap: Annotated[float, Field(ge=0.0)] = 1.5
+    length_max: Annotated[float, Field(ge=0.0)] = 1.5
+    length_scale: Annotated[float, Field(gt=0.0)] = 30.0
+    cjk_chars_per_word: Annotated[float, Field(gt=0.0)] = 1.5
+    exclaim_importance: Annotated[float, Field(ge=0.0)] = 0.5
+    arousal_weight: Annotated[float, Field(ge=0.0)] = 1.5
+    sentiment_gain: Annotated[float, Field(gt=0.0)] = 1.0
+    negation_factor: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
+    intensifier_boost: Annotated[float, Field(ge=1.0)] = 1.3
+    exclaim_sentiment: Annotated[float, Field(ge=0.0)] = 0.1
+    negation_window: Annotated[int, Field(ge=1)] = 3
+    confidence_base: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
+    confidence_min: Annotated[float, Field(ge=0.0, le=1.0)] = 0.1
+    confidence_max: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    question_penalty: Annotated[float, Field(ge=0.0)] = 0.1
+    episode_peak_weight: Annotated[float, Field(ge=0.0, le=1.0)] = 0.7
+    summary_tf_weight: Annotated[float, Field(ge=0.0)] = 1.0
+    summary_position_weight: Annotated[float, Field(ge=0.0)] = 0.2
+    summary_importance_weight: Annotated[float, Field(ge=0.0)] = 1.0
+    summary_redundancy: Annotated[float, Field(gt=0.0, le=1.0)] = 0.6
+    importance_markers: dict[str, Annotated[float, Field(ge=0.0)]] = Field(
+        default_factory=lambda: dict(IMPORTANCE_MARKERS)
+    )
+    polarity: dict[str, Annotated[float, Field(ge=-1.0, le=1.0)]] = Field(
+        default_factory=lambda: dict(POLARITY)
+    )
+    confidence_cues: dict[str, float] = Field(default_factory=lambda: dict(CONFIDENCE_CUES))
+    negators: tuple[str, ...] = NEGATORS
+    negator_chars: str = "不没别未无"
+    intensifiers: tuple[str, ...] = INTENSIFIERS
 
 
 class WorkingParams(Model):

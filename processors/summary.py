@@ -1,7 +1,7 @@
 """The default episode summariser: extractive, deterministic, English and Chinese.
 
 It picks whole sentences of the episode, so it invents nothing, and it is a pure
-function of the turns and :class:`~processors.scoring.ScoringParams`: a replay
+function of the turns and :class:`~processors.state.ScoringParams`: a replay
 summarises every episode exactly as the first run did. Its name is recorded in
 ``episode.closed`` (``summariser``) so a later model-made summary is told apart.
 """
@@ -17,9 +17,10 @@ from itertools import chain, compress, pairwise
 from typing import NamedTuple
 
 from processors.memo import Memo
-from processors.scoring import CJK, DEFAULT_PARAMS, ScoringParams, score_text, tokenize
+from processors.scoring import CJK, DEFAULT_PARAMS, score_text, tokenize
 from processors.sentences import iter_sentences as iter_sentences  # re-exported
 from processors.sentences import split_sentences as split_sentences  # re-exported
+from processors.state import ScoringParams
 
 SUMMARISER_NAME = "extractive-v1"
 

@@ -36,9 +36,9 @@ import re
 from datetime import datetime, timedelta
 
 from processors.build import fields, trusted, updated
-from processors.scoring import DEFAULT_PARAMS, ScoringParams
+from processors.scoring import DEFAULT_PARAMS
 from processors.sentences import iter_sentences
-from processors.state import SessionState, WorkingParams
+from processors.state import ScoringParams, SessionState, WorkingParams
 from processors.summary import summarise
 from schemas import (
     ClockTicked,

@@ -7,18 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from processors.scoring import (
-    CONFIDENCE_CUES,
-    IMPORTANCE_MARKERS,
-    POLARITY,
-    Scores,
-    ScoringParams,
-    aggregate,
-    extract_entities,
-    score_text,
-    score_turn,
-    tokenize,
-)
+from processors.cues import CONFIDENCE_CUES, IMPORTANCE_MARKERS, POLARITY
+from processors.scoring import Scores, aggregate, extract_entities, score_text, score_turn, tokenize
+from processors.state import ScoringParams
 
 CUES = sorted({*IMPORTANCE_MARKERS, *POLARITY, *CONFIDENCE_CUES, "不", "not", "非常", "very"})
 PIECES = st.one_of(

@@ -12,6 +12,7 @@ import unicodedata
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.cues import CONFIDENCE_CUES, IMPORTANCE_MARKERS, INTENSIFIERS, NEGATORS, POLARITY
 from processors.scoring import (
     _ASCII_DIGIT,
     _CAPITAL,
@@ -23,15 +24,9 @@ from processors.scoring import (
     _STABLE,
     _WIDE_PUNCTUATION,
     _WORD,
-    CONFIDENCE_CUES,
     DEFAULT_PARAMS,
-    IMPORTANCE_MARKERS,
-    INTENSIFIERS,
-    NEGATORS,
-    POLARITY,
     Lexicon,
     Scores,
-    ScoringParams,
     _adds_up,
     _all_names,
     _clamp,
@@ -44,11 +39,13 @@ from processors.scoring import (
     analysis,
     extract_entities,
     normalise,
+    reading,
     score_text,
     score_turn,
     word_spans,
 )
 from processors.sentences import sentences_and_gaps, split_sentences
+from processors.state import ScoringParams
 
 CUES = sorted({*IMPORTANCE_MARKERS, *POLARITY, *CONFIDENCE_CUES, *NEGATORS, *INTENSIFIERS})
 PIECES = st.one_of(
@@ -131,9 +128,9 @@ def test_whole_word_regex_finds_what_the_ngram_lookup_finds(text: str) -> None:
     norm = normalise(text)
     words = [norm[a:b] for a, b in word_spans(norm)]
     for lexicon in (
-        DEFAULT_PARAMS.importance_lexicon,
-        DEFAULT_PARAMS.polarity_lexicon,
-        DEFAULT_PARAMS.confidence_lexicon,
+        reading(DEFAULT_PARAMS).importance,
+        reading(DEFAULT_PARAMS).polarity,
+        reading(DEFAULT_PARAMS).confidence,
     ):
         assert lexicon.latin is not None
         plain = _by_ngrams(lexicon)
@@ -143,12 +140,12 @@ def test_whole_word_regex_finds_what_the_ngram_lookup_finds(text: str) -> None:
 
 
 def test_cues_that_are_not_plain_words_keep_the_ngram_lookup() -> None:
-    assert CUSTOM.polarity_lexicon.latin is None  # "so-so", "c++"
-    assert CUSTOM.importance_lexicon.latin is None  # "don't-forget"
-    assert ScoringParams(polarity={"ok ok": 0.3}).polarity_lexicon.latin is not None
+    assert reading(CUSTOM).polarity.latin is None  # "so-so", "c++"
+    assert reading(CUSTOM).importance.latin is None  # "don't-forget"
+    assert reading(ScoringParams(polarity={"ok ok": 0.3})).polarity.latin is not None
     norm = normalise("Meh, it was ok ok. So-so really; don't-forget the QQ群")
-    assert [cue for _, cue, _ in CUSTOM.polarity_lexicon.hits(norm)] == ["meh", "ok ok"]
-    assert [cue for _, cue, _ in CUSTOM.importance_lexicon.hits(norm)] == ["qq群"]
+    assert [cue for _, cue, _ in reading(CUSTOM).polarity.hits(norm)] == ["meh", "ok ok"]
+    assert [cue for _, cue, _ in reading(CUSTOM).importance.hits(norm)] == ["qq群"]
 
 
 def _han_run(low: int, high: int) -> str:
@@ -237,20 +234,20 @@ def _analysis_at_once(text: str, params: ScoringParams) -> tuple[Scores, tuple[s
     if not words and not cjk:
         return Scores(1.0, 0.0, _clamp(params.confidence_base, 0.0, 1.0)), entities
     raw = 0.0
-    for start, cue, weight in params.polarity_lexicon.hits(norm):
+    for start, cue, weight in reading(params).polarity.hits(norm):
         raw += weight * _modifier(norm, start, cue, params)
     sentiment = 0.0
     if raw:
         raw *= 1.0 + params.exclaim_sentiment * min(norm.count("!"), 3)
         sentiment = _clamp(math.tanh(params.sentiment_gain * raw), -1.0, 1.0)
     length = len(words) + cjk / params.cjk_chars_per_word
-    markers = min(params.importance_lexicon.distinct_sum(norm), params.marker_cap)
+    markers = min(reading(params).importance.distinct_sum(norm), params.marker_cap)
     named = min(params.entity_weight * len(entities), params.entity_cap)
     size = params.length_max * min(1.0, length / params.length_scale)
     exclaim = params.exclaim_importance if "!" in norm else 0.0
     arousal = params.arousal_weight * abs(sentiment)
     total = params.importance_base + markers + named + size + exclaim + arousal
-    shift = params.confidence_lexicon.distinct_sum(norm)
+    shift = reading(params).confidence.distinct_sum(norm)
     question = params.question_penalty if "?" in norm or "吗" in norm else 0.0
     confidence = _clamp(
         params.confidence_base + shift - question, params.confidence_min, params.confidence_max
@@ -298,7 +295,7 @@ def _adds_up_for(text: str, params: ScoringParams = DEFAULT_PARAMS) -> bool:
 def test_texts_are_read_by_sentences() -> None:
     """The test above is not vacuous: the usual texts are cut, and where a rule reads
     across sentences they are not."""
-    assert DEFAULT_PARAMS.reads_apart and CUSTOM.reads_apart and not BROKEN.reads_apart
+    assert reading(DEFAULT_PARAMS).apart and reading(CUSTOM).apart and not reading(BROKEN).apart
     cut = "I love it. You hate it!  我很开心。“Quoted.” Then (Bob) came. 《三体》好！"
     assert len(split_sentences(cut)) == 5  # ."” ends no sentence
     assert _adds_up_for(cut) and _adds_up_for(cut, CUSTOM)

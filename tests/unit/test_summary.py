@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processors.scoring import DEFAULT_PARAMS, ScoringParams
+from processors.scoring import DEFAULT_PARAMS
 from processors.sentences import sentences_and_gaps
+from processors.state import ScoringParams
 from processors.summary import (
     _WIDE,
     SUMMARISER_NAME,
