@@ -22,6 +22,8 @@ COMPILED = [
     "processors/memo.py",
     "processors/sentences.py",
     "processors/summary.py",
+    "processors/scoring.py",
+    "processors/cues.py",
     "processors/working.py",
     "processors/episodes.py",
     "processors/memories.py",
