@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 	ENGRAM_PURE_PYTHON=1 $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The fold's modules compiled by mypyc (setup.py, about a minute on 2 cores), again
-# whenever one of them changes: an extension left older than its source would run
-# the old code (tests/unit/test_compiled_fold.py fails if one is).
-$(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py)
-	@echo "== compiling the fold with mypyc (setup.py)"
+# The fold's modules and the wire codec compiled by mypyc (setup.py, about two minutes
+# on 2 cores), again whenever one of them changes: an extension left older than its
+# source would run the old code (tests/unit/test_compiled_fold.py fails if one is).
+$(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py) schemas/wire.py
+	@echo "== compiling the fold and the wire codec with mypyc (setup.py)"
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(COMPILED)
 
@@ -67,7 +67,7 @@ bench: $(COMPILED)
 	$(BIN)/python -m ops.bench.ingest
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.so processors/*.so
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build *.so processors/*.so schemas/*.so
 
 ## kill -9 crash tests on Apache Kafka (marker `crash`, about 3 minutes: left out of
 ## `make test` to keep it short; `python -m ops.crash --points 20` is the long version).

@@ -1,8 +1,12 @@
-"""Compiles the fold's pure modules with mypyc; everything else is in pyproject.toml.
+"""Compiles the fold's pure modules and the wire codec with mypyc; everything else is in
+pyproject.toml.
 
 The modules listed in ``COMPILED`` are the fold's hot path (``processors/``): mypyc
 turns their typed Python into C extensions, with the same behaviour (the fold's golden
 digests, ``tests/unit/test_fold_golden.py``, hold the compiled fold to the same bytes).
+``WIRE`` is what every event costs on its way through the log, Avro's bytes and the
+sealed envelope (``schemas/wire.py``), held to fastavro's reading and writing by the
+property tests of the codec.
 Their ``.py`` sources stay beside the extensions and are what a reader and mypy see.
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
@@ -31,6 +35,10 @@ COMPILED = [
     "processors/facts.py",
     "processors/memory.py",
 ]
+"""The fold (one extension group: its modules call one another natively)."""
+
+WIRE = ["schemas/wire.py"]
+"""Avro's bytes and the sealed envelope, read and written by hand (its own extension)."""
 
 
 def _extensions() -> list[object]:
@@ -38,7 +46,8 @@ def _extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    return list(mypycify(COMPILED, opt_level="3", group_name="processors"))
+    fold = mypycify(COMPILED, opt_level="3", group_name="processors")
+    return [*fold, *mypycify(WIRE, opt_level="3")]
 
 
 setup(ext_modules=_extensions())

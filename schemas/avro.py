@@ -11,10 +11,9 @@ from __future__ import annotations
 import functools
 import io
 import json
-import struct
 import types
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from uuid import UUID
@@ -26,6 +25,23 @@ from pydantic import AwareDatetime, BaseModel, PlainSerializer, WrapSerializer
 from schemas.base import DerivedEvent, Event
 from schemas.errors import BadEvent
 from schemas.reader import compile_reader, read_doubles
+from schemas.wire import (
+    END,
+    NULL,
+    SMALL,
+    SOME,
+    write_boolean,
+    write_double,
+    write_doubles,
+    write_long_value,
+    write_string,
+    write_strings,
+    write_timestamp_millis,
+    write_uuid,
+)
+from schemas.wire import epoch_millis as epoch_millis  # re-exported
+from schemas.wire import write_bytes as write_bytes  # re-exported
+from schemas.wire import write_long as write_long  # re-exported
 
 MAGIC = b"\xc3\x01"
 AVSC_DIR = Path(__file__).with_name("avsc")
@@ -243,43 +259,10 @@ class DoublesTail:
         return _ended(record, body, end)
 
 
-def write_long(n: int) -> bytes:
-    """Avro's zigzag varint of the long ``n``; OverflowError unless -2**63 <= n < 2**63
-    (as fastavro: no bytes for a number that is not a long). Seven bits a byte, low
-    first, the top bit set on all but the last; one or two bytes from tables."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return _SMALL[z]
-    if z < 0x4000:
-        return _TWO[2 * z : 2 * z + 2]
-    if z >> 64:  # out of range: (n << 1) keeps its top bit above what (n >> 63) holds
-        raise OverflowError(f"{n} is outside an Avro long")
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-_SMALL = [bytes((z,)) for z in range(0x80)]
-_TWO = b"".join(bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(0x4000))
-
-
-def write_bytes(b: bytes) -> bytes:
-    """Avro ``bytes`` (and, of UTF-8, ``string``): the length as a long, then ``b``."""
-    return write_long(len(b)) + b
-
-
 # -- the compiled writer ---------------------------------------------------------------
 
 Write = Callable[[Any, list[bytes]], None]
 """Appends the Avro binary form of one value to a list of byte strings."""
-
-_NULL, _SOME, _END = b"\x00", b"\x02", b"\x00"  # union indexes 0 and 1; a block count 0
-_TRUE, _FALSE = b"\x01", b"\x00"
-_DOUBLE = struct.Struct("<d").pack
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Unsupported(TypeError):
@@ -344,19 +327,19 @@ def _unannotated(tp: Any) -> Any:
 
 def _leaf(kind: Any, logical: Any, tp: Any) -> Write:
     if (kind, logical) == ("string", None) and (tp is str or _str_literal(tp)):
-        return _string
+        return write_string
     if (kind, logical) == ("string", "uuid") and tp is UUID:
-        return _uuid
+        return write_uuid
     if (kind, logical) == ("long", None) and tp is int:
-        return _long_value
+        return write_long_value
     if (kind, logical) == ("long", "timestamp-millis") and (
         tp is AwareDatetime or (isinstance(tp, type) and issubclass(tp, datetime))
     ):
-        return _timestamp_millis
+        return write_timestamp_millis
     if (kind, logical) == ("double", None) and tp is float:
-        return _double
+        return write_double
     if (kind, logical) == ("boolean", None) and tp is bool:
-        return _boolean
+        return write_boolean
     raise Unsupported(f"{kind!r} ({logical}) for {tp!r}")
 
 
@@ -395,7 +378,7 @@ def _unrolled(names: list[str], writers: list[Write]) -> Write:
     writer) pairs cost about a third of a ``working.updated``'s encoding."""
     lines = ["def write(value, out):", "    v = value.__dict__"]
     for i, (name, writer) in enumerate(zip(names, writers, strict=True)):
-        if writer is _string:
+        if writer is write_string:
             lines += [
                 f"    d = v[{name!r}].encode()",
                 "    n = len(d)",
@@ -405,7 +388,7 @@ def _unrolled(names: list[str], writers: list[Write]) -> Write:
         else:
             lines.append(f"    w{i}(v[{name!r}], out)")
     scope: dict[str, Any] = {f"w{i}": w for i, w in enumerate(writers)}
-    scope.update(SMALL=_SMALL, write_long=write_long)
+    scope.update(SMALL=SMALL, write_long=write_long)
     exec("\n".join(lines), scope)  # the names are field names: identifiers
     write: Write = scope["write"]
     return write
@@ -426,9 +409,9 @@ def _plain(model: Any) -> bool:
 def _optional(inner: Write) -> Write:
     def write(value: Any, out: list[bytes]) -> None:
         if value is None:
-            out.append(_NULL)
+            out.append(NULL)
         else:
-            out.append(_SOME)
+            out.append(SOME)
             inner(value, out)
 
     return write
@@ -436,17 +419,17 @@ def _optional(inner: Write) -> Write:
 
 def _array(item: Write) -> Write:
     """One block (its count, then the items) and the count 0; an empty array is 0."""
-    if item is _string:
-        return _strings
-    if item is _double:
-        return _doubles
+    if item is write_string:
+        return write_strings
+    if item is write_double:
+        return write_doubles
 
     def write(value: Any, out: list[bytes]) -> None:
         if len(value):
             out.append(write_long(len(value)))
             for x in value:
                 item(x, out)
-        out.append(_END)
+        out.append(END)
 
     return write
 
@@ -458,93 +441,16 @@ def _map(write_value: Write) -> Write:
         if len(value):
             out.append(write_long(len(value)))
             for key, x in value.items():
-                _string(key, out)
+                write_string(key, out)
                 write_value(x, out)
-        out.append(_END)
+        out.append(END)
 
     return write
-
-
-def _string(value: Any, out: list[bytes]) -> None:
-    """UTF-8, strict: a lone surrogate raises UnicodeEncodeError, as in fastavro."""
-    data = value.encode()
-    size = len(data)
-    out.append(_SMALL[size + size] if size < 64 else write_long(size))
-    out.append(data)
-
-
-def _strings(value: Any, out: list[bytes]) -> None:
-    """``_array(_string)``, its items written in its loop (lists of ids are long)."""
-    if len(value):
-        out.append(write_long(len(value)))
-        for text in value:
-            data = text.encode()
-            size = len(data)
-            out.append(_SMALL[size + size] if size < 64 else write_long(size))
-            out.append(data)
-    out.append(_END)
-
-
-def _uuid(value: Any, out: list[bytes]) -> None:
-    _string(str(value) if isinstance(value, UUID) else value, out)
-
-
-def _long_value(value: Any, out: list[bytes]) -> None:
-    out.append(write_long(value))
-
-
-def _double(value: Any, out: list[bytes]) -> None:
-    out.append(_DOUBLE(value))
-
-
-def _doubles(value: Any, out: list[bytes]) -> None:
-    """An array of doubles (a vector) packed in one call: the bytes :func:`_double`
-    writes item by item (~0.2 µs an item: ~100 µs for 512 of them)."""
-    if len(value):
-        out.append(write_long(len(value)))
-        out.append(struct.pack(f"<{len(value)}d", *value))
-    out.append(_END)
-
-
-def _boolean(value: Any, out: list[bytes]) -> None:
-    if value is True:
-        out.append(_TRUE)
-    elif value is False:
-        out.append(_FALSE)
-    else:
-        raise TypeError(f"not a bool: {value!r}")
-
-
-def _timestamp_millis(value: Any, out: list[bytes]) -> None:
-    """As fastavro: whole seconds since the epoch, then the milliseconds truncated.
-    The bytes of the last UTC datetimes are kept (~1 µs to write, ~0.1 µs to find):
-    a source event's time recurs in each change it makes and in its turn."""
-    data = _MILLIS.get(value) if value.tzinfo is UTC else None
-    if data is None:
-        if value.tzinfo is None:  # naive, or a date: fastavro's other roads
-            raise TypeError(f"not an aware datetime: {value!r}")
-        data = write_long(epoch_millis(value))
-        if value.tzinfo is UTC:
-            if len(_MILLIS) >= _MILLIS_KEPT:
-                _MILLIS.clear()
-            _MILLIS[value] = data
-    out.append(data)
-
-
-def epoch_millis(at: datetime) -> int:
-    """The Avro ``timestamp-millis`` of the aware ``at``, as fastavro computes it: whole
-    seconds since the epoch, then the milliseconds truncated (not rounded)."""
-    delta = at - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
 MIN_MILLIS, MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
 """The epoch milliseconds of a ``datetime`` (years 1 to 9999): the ``timestamp-millis``
 a reader can turn into one."""
-
-_MILLIS: dict[datetime, bytes] = {}
-"""Only UTC datetimes: equal ones in a zone with folds may be different instants."""
-_MILLIS_KEPT = 1024
 
 
 def load_writer_schemas(

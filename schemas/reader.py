@@ -23,15 +23,21 @@ opens every sealed event of the log so.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
-from uuid import UUID
 
 from pydantic import BaseModel
 
-from schemas.uuids import with_text
+from schemas.wire import (
+    read_blocks,
+    read_boolean,
+    read_double,
+    read_string,
+    read_timestamp_millis,
+    read_uuid,
+)
+from schemas.wire import read_doubles as read_doubles  # re-exported
+from schemas.wire import read_long as read_long  # re-exported
 
 M = TypeVar("M", bound=BaseModel)
 Read = Callable[[bytes, int], tuple[Any, int]]
@@ -170,135 +176,40 @@ def _optional(inner: Read) -> Read:
     return read
 
 
-def _blocks(data: bytes, at: int) -> tuple[int, int]:
-    """The count of the next block of an array or map (its byte size skipped)."""
-    count, at = read_long(data, at)
-    if count < 0:
-        count = -count
-        _, at = read_long(data, at)
-    return count, at
-
-
 def _array(item: Read) -> Read:
     def read(data: bytes, at: int) -> tuple[Any, int]:
         values: list[Any] = []
-        count, at = _blocks(data, at)
+        count, at = read_blocks(data, at)
         while count:
             for _ in range(count):
                 value, at = item(data, at)
                 values.append(value)
-            count, at = _blocks(data, at)
+            count, at = read_blocks(data, at)
         return values, at
 
     return read
-
-
-def read_doubles(data: bytes, at: int) -> tuple[Any, int]:
-    """An Avro array of doubles at ``data[at:]`` (a recorded vector): its values and
-    the offset after it, each block (a zigzag count, 0 ends; negative: a byte size
-    follows) unpacked whole; ValueError when one runs past the end."""
-    values: list[float] = []
-    count, at = _blocks(data, at)
-    while count:
-        end = at + 8 * count
-        if end > len(data):
-            raise ValueError("an array of doubles out of bounds")
-        values += struct.unpack_from(f"<{count}d", data, at)
-        at = end
-        count, at = _blocks(data, at)
-    return values, at
 
 
 def _map(value_of: Read) -> Read:
     def read(data: bytes, at: int) -> tuple[Any, int]:
         values: dict[str, Any] = {}
-        count, at = _blocks(data, at)
+        count, at = read_blocks(data, at)
         while count:
             for _ in range(count):
-                key, at = _string(data, at)
+                key, at = read_string(data, at)
                 values[key], at = value_of(data, at)
-            count, at = _blocks(data, at)
+            count, at = read_blocks(data, at)
         return values, at
 
     return read
 
 
-def read_long(data: bytes, at: int) -> tuple[int, int]:
-    """An Avro long (a zigzag varint of at most 10 bytes) at ``data[at:]`` and the
-    offset after it; ValueError past 10 bytes, IndexError at the end of ``data``."""
-    byte = data[at]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), at + 1
-    value, shift, end = byte & 0x7F, 7, at + 10
-    at += 1
-    while at < end:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (value >> 1) ^ -(value & 1), at
-        shift += 7
-    raise ValueError("varint over 10 bytes")
-
-
-def _string(data: bytes, at: int) -> tuple[Any, int]:
-    size = data[at]
-    if size < 0x80:
-        at += 1
-        size >>= 1  # a non-negative length: zigzag is a shift
-    else:
-        size, at = read_long(data, at)
-    end = at + size
-    if size < 0 or end > len(data):
-        raise ValueError("a string out of bounds")
-    return data[at:end].decode(), end
-
-
-def _uuid(data: bytes, at: int) -> tuple[Any, int]:
-    """``UUID(text)`` as fastavro reads it; for the hyphenated form (what engram
-    writes) the same value built without ``UUID.__init__``'s parsing, and holding
-    ``text`` when that is its canonical text (:func:`schemas.uuids.with_text`)."""
-    text, at = _string(data, at)
-    if len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-":
-        return with_text(int(text.replace("-", ""), 16), text), at
-    return UUID(text), at
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_EXACT = 2**32 * 1000
-"""Below 2**32 seconds (the year 2106) half a float's ulp is under 0.24 µs, so
-``fromtimestamp`` of milliseconds / 1000 rounds to the exact millisecond."""
-_at = datetime.fromtimestamp
-
-
-def _timestamp_millis(data: bytes, at: int) -> tuple[Any, int]:
-    """As fastavro reads it (the epoch plus a timedelta: an aware UTC datetime);
-    ``fromtimestamp`` (half the cost) where that is exact."""
-    millis, at = read_long(data, at)
-    if 0 <= millis < _EXACT:
-        return _at(millis / 1000, UTC), at
-    return _EPOCH + timedelta(milliseconds=millis), at
-
-
-_DOUBLE = struct.Struct("<d").unpack_from
-
-
-def _double(data: bytes, at: int) -> tuple[Any, int]:
-    return _DOUBLE(data, at)[0], at + 8
-
-
-def _boolean(data: bytes, at: int) -> tuple[Any, int]:
-    byte = data[at]
-    if byte > 1:
-        raise ValueError(f"boolean byte {byte}")
-    return byte == 1, at + 1
-
-
 _LEAVES: dict[tuple[Any, Any], Read] = {
-    ("string", None): _string,
-    ("string", "uuid"): _uuid,
+    ("string", None): read_string,
+    ("string", "uuid"): read_uuid,
     ("long", None): read_long,
-    ("long", "timestamp-millis"): _timestamp_millis,
-    ("double", None): _double,
-    ("boolean", None): _boolean,
+    ("long", "timestamp-millis"): read_timestamp_millis,
+    ("double", None): read_double,
+    ("boolean", None): read_boolean,
 }
+"""The readers of one value (compiled, :mod:`schemas.wire`)."""

@@ -29,7 +29,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol, TypeVar
@@ -47,14 +47,20 @@ from schemas.avro import (
     epoch_millis,
     fingerprint,
     read_single_object,
-    write_bytes,
-    write_long,
     write_single_object,
 )
 from schemas.base import DerivedEvent, Event
 from schemas.codec import DEFAULT_MAX_BYTES, Codec
 from schemas.errors import BadEvent
-from schemas.reader import read_long
+from schemas.wire import (
+    SealedFields,
+    inner_positions,
+    read_sealed,
+    read_sealed_key,
+    read_sealed_type,
+    sealed_aad,
+    write_sealed_fields,
+)
 
 SEALED_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -223,7 +229,7 @@ def is_sealed(raw: bytes) -> bool:
 def sealed_kind(raw: bytes) -> str | None:
     """The type the clear envelope of sealed bytes names (no key needed); None for
     bytes that are not sealed or whose envelope does not read."""
-    return _sealed_type(raw) if is_sealed(raw) else None
+    return read_sealed_type(raw) if is_sealed(raw) else None
 
 
 @dataclass(frozen=True)
@@ -275,10 +281,6 @@ class Keyring(Protocol):
     def destroyed(self, subject: str, key_id: str) -> bool: ...
 
 
-def _aad(event_id: str, kind: str, agent_id: str, subject: str, key_id: str) -> bytes:
-    return "\x00".join(("engram.sealed.v1", event_id, kind, agent_id, subject, key_id)).encode()
-
-
 class Sealer:
     """Seals and opens events with the keys of ``keyring``; ``codec`` encodes and
     decodes the events inside (its size limit applies to them)."""
@@ -307,7 +309,8 @@ class Sealer:
         seq = idx = None
         if isinstance(event, DerivedEvent):
             seq, idx = event.seq, event.idx
-        raw = _write_sealed(
+        raw = write_sealed_fields(
+            SEALED_HEADER,
             event_id,
             event.type,
             event.agent_id,
@@ -320,7 +323,7 @@ class Sealer:
             key_id,
             nonce,
             aead(key).encrypt(
-                nonce, inner, _aad(event_id, event.type, event.agent_id, subject, key_id)
+                nonce, inner, sealed_aad(event_id, event.type, event.agent_id, subject, key_id)
             ),
         )
         if given and remember and self.remember:  # opening ``raw`` gives ``event`` back
@@ -358,7 +361,7 @@ class Sealer:
             if self.keyring.destroyed(envelope.subject, envelope.key_id):
                 raise Shredded(envelope)
             raise UnknownKey(envelope)
-        aad = _aad(
+        aad = sealed_aad(
             str(envelope.event_id),
             envelope.type,
             envelope.agent_id,
@@ -396,7 +399,9 @@ class Sealer:
         if key is None or len(nonce) != 12:
             return None
         try:
-            inner = aead(key).decrypt(nonce, sealed, _aad(event_id, kind, agent, subject, key_id))
+            inner = aead(key).decrypt(
+                nonce, sealed, sealed_aad(event_id, kind, agent, subject, key_id)
+            )
             event = self.codec.decode_trusted(inner)  # authentic: engram sealed a valid event
         except (InvalidTag, ValueError):  # BadEvent is a ValueError
             return None
@@ -431,7 +436,7 @@ class Sealer:
         order of :data:`DERIVED_HEAD` (a property test holds the two roads equal)."""
         if len(raw) > self.codec.max_bytes + OVERHEAD:
             return None
-        read = _sealed_read(raw)
+        read = read_sealed(raw)
         if read is None:
             return None
         head, (event_id, kind, agent, _, user, millis, seq, idx, subject, key_id, nonce, sealed) = (
@@ -445,7 +450,9 @@ class Sealer:
         if not MIN_MILLIS <= millis <= MAX_MILLIS:  # a datetime reads it
             return None
         try:
-            inner = aead(key).decrypt(nonce, sealed, _aad(event_id, kind, agent, subject, key_id))
+            inner = aead(key).decrypt(
+                nonce, sealed, sealed_aad(event_id, kind, agent, subject, key_id)
+            )
         except InvalidTag:
             return None
         if len(inner) > self.codec.max_bytes or inner[:2] != MAGIC:
@@ -455,7 +462,7 @@ class Sealer:
         if writer is None or kind != writer.reader.event_type.TYPE or not _derived_head(fp, writer):
             return None
         # event_id … occurred_at are written alike in both records: their bytes agree
-        if inner[10:head] != raw[10:head] or _inner_positions(inner, head) != (seq, idx):
+        if inner[10:head] != raw[10:head] or inner_positions(inner, head) != (seq, idx):
             return None
         return inner
 
@@ -470,7 +477,6 @@ class Sealer:
         return record
 
 
-_NULL, _SOME = b"\x00", b"\x02"  # the branches of ["null", T]
 _TEXTS = ("event_id", "type", "agent_id", "subject", "key_id")
 _OPTIONAL_TEXTS = ("session_id", "user_id")
 
@@ -489,45 +495,10 @@ def write_sealed(record: dict[str, Any]) -> bytes:
         or not all(record[k] is None or type(record[k]) is str for k in _OPTIONAL_TEXTS)
     ):
         return write_single_object(SEALED_HEADER, _PARSED, record)
-    return _write_sealed(*(record[name] for name in _FIELDS))
+    return write_sealed_fields(SEALED_HEADER, *(record[name] for name in _FIELDS))
 
 
 _FIELDS = tuple(field["name"] for field in SEALED_SCHEMA["fields"])
-
-
-def _write_sealed(
-    event_id: str,
-    kind: str,
-    agent_id: str,
-    session: str | None,
-    user: str | None,
-    at: datetime,
-    seq: int | None,
-    idx: int | None,
-    subject: str,
-    key_id: str,
-    nonce: bytes,
-    ciphertext: bytes,
-) -> bytes:
-    """:func:`write_sealed` of values already known to be of the schema's types
-    (strings ``str``, ``at`` aware): what :meth:`Sealer.seal` has from a valid event."""
-    return b"".join(
-        (
-            SEALED_HEADER,
-            write_bytes(event_id.encode()),
-            write_bytes(kind.encode()),
-            write_bytes(agent_id.encode()),
-            _NULL if session is None else _SOME + write_bytes(session.encode()),
-            _NULL if user is None else _SOME + write_bytes(user.encode()),
-            write_long(epoch_millis(at)),
-            _NULL if seq is None else _SOME + write_long(seq),
-            _NULL if idx is None else _SOME + write_long(idx),
-            write_bytes(subject.encode()),
-            write_bytes(key_id.encode()),
-            write_bytes(nonce),
-            write_bytes(ciphertext),
-        )
-    )
 
 
 def _envelope(record: dict[str, Any]) -> SealedEnvelope:
@@ -661,7 +632,7 @@ class SealingCodec(Codec):
         envelope of sealed bytes, the writer schema of clear Avro); None when the
         header does not say (JSON, bad bytes)."""
         if is_sealed(raw):
-            return _sealed_type(raw)
+            return read_sealed_type(raw)
         writer = self.writers.get(raw[2:10]) if raw[:2] == MAGIC else None
         return writer.reader.event_type.TYPE if writer is not None else None
 
@@ -679,7 +650,7 @@ class SealingCodec(Codec):
             if raw is None or not is_sealed(raw):
                 continue
             handoff = RECENT.get(raw)  # its envelope's subject and key id, already read
-            key = (handoff.subject, handoff.key_id) if handoff is not None else _sealed_key(raw)
+            key = (handoff.subject, handoff.key_id) if handoff is not None else read_sealed_key(raw)
             if key is None:
                 continue  # not well formed: open() dead-letters it
             subject, key_id = key
@@ -689,120 +660,13 @@ class SealingCodec(Codec):
         return missing
 
 
-def _sealed_type(raw: bytes) -> str | None:
-    """The ``type`` of sealed bytes without reading the rest (the record's second
-    field); None when it does not read."""
-    try:
-        return _text(raw, _past(raw, 10))[0]
-    except (IndexError, ValueError):  # UnicodeDecodeError is a ValueError
-        return None
-
-
-def _sealed_key(raw: bytes) -> tuple[str, str] | None:
-    """``(subject, key_id)`` of sealed bytes, read by skipping the fields before them
-    (a fraction of the cost of reading the record); None when they do not read."""
-    try:
-        position = _past(raw, _past(raw, _past(raw, 10)))  # event_id, type, agent_id
-        for _ in range(2):  # session_id, user_id: unions of null and a string
-            position = _past(raw, position + 1) if raw[position] == 2 else _null(raw, position)
-        position = read_long(raw, position)[1]  # occurred_at
-        for _ in range(2):  # seq, idx: unions of null and a long
-            if raw[position] == 2:
-                position = read_long(raw, position + 1)[1]
-            else:
-                position = _null(raw, position)
-        subject, position = _text(raw, position)
-        key_id, _ = _text(raw, position)
-    except (IndexError, ValueError):
-        return None
-    return subject, key_id
-
-
-def _past(raw: bytes, position: int) -> int:
-    """The position after the string or bytes at ``position``."""
-    length, position = read_long(raw, position)
-    if length < 0 or position + length > len(raw):
-        raise ValueError("bytes out of bounds")
-    return position + length
-
-
-def _null(raw: bytes, position: int) -> int:
-    """The position after a union's null branch at ``position`` (ValueError if it is
-    another)."""
-    if raw[position] != 0:
-        raise ValueError(f"union branch byte {raw[position]}")
-    return position + 1
-
-
-SealedFields = tuple[
-    str, str, str, str | None, str | None, int, int | None, int | None, str, str, bytes, bytes
-]
-"""The fields of :data:`SEALED_SCHEMA` in order, ``occurred_at`` in epoch milliseconds."""
-
-
 def _sealed_fields(raw: bytes) -> SealedFields | None:
     """The fields of sealed single-object ``raw`` (header already checked), read by
     hand; None when any is not as a writer of the schema writes it (a varint over 10
     bytes, a union branch not 0 or 1, text not UTF-8, bytes beyond the end or after
     the record)."""
-    read = _sealed_read(raw)
+    read = read_sealed(raw)
     return None if read is None else read[1]
-
-
-def _sealed_read(raw: bytes) -> tuple[int, SealedFields] | None:
-    """:func:`_sealed_fields`, and the position after ``occurred_at``: the fields
-    before it are written alike in a derived event's own record (:meth:`Sealer.inner`)."""
-    try:
-        event_id, p = _text(raw, 10)
-        kind, p = _text(raw, p)
-        agent, p = _text(raw, p)
-        session, p = _optional(raw, p, _text)
-        user, p = _optional(raw, p, _text)
-        millis, head = read_long(raw, p)
-        seq, p = _optional(raw, head, read_long)
-        idx, p = _optional(raw, p, read_long)
-        subject, p = _text(raw, p)
-        key_id, p = _text(raw, p)
-        nonce, p = _blob(raw, p)
-        sealed, p = _blob(raw, p)
-    except (IndexError, ValueError):  # UnicodeDecodeError is a ValueError
-        return None
-    if p != len(raw):
-        return None
-    fields = event_id, kind, agent, session, user, millis, seq, idx, subject, key_id, nonce, sealed
-    return head, fields
-
-
-def _blob(raw: bytes, position: int) -> tuple[bytes, int]:
-    """Bytes at ``position``: a length (a one-byte varint read in place), then as
-    many bytes (ValueError for a negative length or bytes beyond the end)."""
-    length = raw[position]
-    if length < 0x80 and not length & 1:  # zigzag of a length under 64
-        position += 1
-        length >>= 1
-    else:
-        length, position = read_long(raw, position)
-    end = position + length
-    if length < 0 or end > len(raw):
-        raise ValueError("bytes out of bounds")
-    return raw[position:end], end
-
-
-def _text(raw: bytes, position: int) -> tuple[str, int]:
-    """:func:`_blob` read as UTF-8 (UnicodeDecodeError, a ValueError, if it is not)."""
-    blob, end = _blob(raw, position)
-    return blob.decode(), end
-
-
-def _optional(
-    raw: bytes, position: int, read: Callable[[bytes, int], tuple[T, int]]
-) -> tuple[T | None, int]:
-    branch = raw[position]
-    if branch == 0:
-        return None, position + 1
-    if branch != 2:  # zigzag 1: the second branch
-        raise ValueError(f"union branch byte {branch}")
-    return read(raw, position + 1)
 
 
 DERIVED_HEAD = (
@@ -841,20 +705,6 @@ def _type_name(kind: Any) -> Any:
     if isinstance(kind, dict):
         kind = kind.get("logicalType") or kind.get("type")
     return "string" if kind == "uuid" else kind  # a uuid is written as its string
-
-
-def _inner_positions(inner: bytes, head: int) -> tuple[int, int] | None:
-    """``(seq, idx)`` of clear derived bytes whose :data:`DERIVED_HEAD` fields up to
-    ``occurred_at`` end at ``head`` (the schema version and source event id between
-    are skipped); None when they do not read."""
-    try:
-        p = read_long(inner, head)[1]  # schema_version
-        p = _past(inner, p)  # source_event_id
-        seq, p = read_long(inner, p)
-        idx, _ = read_long(inner, p)
-    except (IndexError, ValueError):
-        return None
-    return seq, idx
 
 
 class _NoKeys:

@@ -21,18 +21,23 @@ REBUILD = "run `make` (or `pip install -e .`) to compile the fold again"
 
 
 def compiled_modules() -> list[str]:
-    """The modules ``setup.py`` compiles (its ``COMPILED`` list), as module names."""
+    """The modules ``setup.py`` compiles (its ``COMPILED`` and ``WIRE`` lists), as
+    module names."""
+    lists = {"COMPILED", "WIRE"}
+    paths: list[str] = []
     for node in ast.parse((REPO / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMPILED":
-            paths: list[str] = ast.literal_eval(node.value)
-            return [path.removesuffix(".py").replace("/", ".") for path in paths]
-    raise AssertionError("setup.py has no COMPILED list")
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in lists:
+            lists.remove(getattr(node.targets[0], "id", ""))
+            paths += ast.literal_eval(node.value)
+    assert not lists, f"setup.py has no {sorted(lists)} list"
+    return [path.removesuffix(".py").replace("/", ".") for path in paths]
 
 
-def test_setup_compiles_the_fold() -> None:
+def test_setup_compiles_the_fold_and_the_wire_codec() -> None:
     assert {"processors.memory", "processors.working", "processors.episodes"} <= set(
         compiled_modules()
     )
+    assert "schemas.wire" in compiled_modules()
 
 
 @pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")

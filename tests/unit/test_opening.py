@@ -23,7 +23,8 @@ from schemas import (
     MemoryCreated,
     WorkingUpdated,
 )
-from schemas.sealed import SealingCodec, UnknownKey, _sealed_key, is_sealed
+from schemas.sealed import SealingCodec, UnknownKey, is_sealed
+from schemas.wire import read_sealed_key
 from sinks.keys import KafkaKeyring, KeyBook, KeyFile, MasterKey, open_waiting
 from streams.ingest import seal_batch, seal_one
 from streams.pipeline import raw_codec
@@ -283,9 +284,9 @@ def test_the_key_of_sealed_bytes_is_read_without_parsing_the_record() -> None:
     for event in (said(), said(None, i=2), created(), created(None)):
         raw = codec.encode(event)
         envelope = codec.envelope(raw)
-        assert _sealed_key(raw) == (envelope.subject, envelope.key_id)
+        assert read_sealed_key(raw) == (envelope.subject, envelope.key_id)
         for cut in range(10, len(raw) - 40):  # truncated inside the envelope: None, no raise
-            key = _sealed_key(raw[:cut])
+            key = read_sealed_key(raw[:cut])
             assert key is None or key == (envelope.subject, envelope.key_id)
 
 

@@ -32,17 +32,19 @@ from schemas.sealed import (
     SealingCodec,
     Shredded,
     UnknownKey,
-    _aad,
-    _blob,
     _derived_head,
     _sealed_fields,
-    _sealed_key,
-    _sealed_read,
-    _sealed_type,
-    _text,
     is_sealed,
     subject_of,
     write_sealed,
+)
+from schemas.wire import (
+    read_blob,
+    read_sealed,
+    read_sealed_key,
+    read_sealed_type,
+    read_text,
+    sealed_aad,
 )
 from sinks.keys import KeyBook, KeyStoreError, MasterKey
 from tests.unit.test_schemas_roundtrip import model_strategy
@@ -489,12 +491,12 @@ def test_the_hand_reads_every_envelope_field_as_fastavro_does(record: dict[str, 
     assert isinstance(read, dict)
     assert list(fields) == [read[f["name"]] for f in SEALED_SCHEMA["fields"]]
     assert fields[5] == epoch_millis(record["occurred_at"])
-    assert _sealed_key(raw) == (record["subject"], record["key_id"])
-    assert _sealed_type(raw) == record["type"]
+    assert read_sealed_key(raw) == (record["subject"], record["key_id"])
+    assert read_sealed_type(raw) == record["type"]
     assert _sealed_fields(raw[:-1]) is None and _sealed_fields(raw + b"\x00") is None
 
 
-@pytest.mark.parametrize("read", [_blob, _text])
+@pytest.mark.parametrize("read", [read_blob, read_text])
 def test_lengths_read_by_hand_as_avro_writes_them(read: Any) -> None:
     """A length under 64 is one byte (read in place), longer ones a varint; an odd
     byte is a negative length (zigzag), and bytes beyond the end are refused."""
@@ -502,13 +504,13 @@ def test_lengths_read_by_hand_as_avro_writes_them(read: Any) -> None:
         data = b"x" * size
         value, end = read(write_long(size) + data + b"tail", 0)
         assert (value, end) == (
-            (data if read is _blob else data.decode()),
+            (data if read is read_blob else data.decode()),
             len(write_long(size)) + size,
         )
     for bad in (b"\x01", b"\x03ab", b"\x7f" + b"x" * 200, b"\x04a", b"\x81\x01"):
         with pytest.raises(ValueError):
             read(bad, 0)
-    if read is _text:
+    if read is read_text:
         with pytest.raises(UnicodeDecodeError):
             read(b"\x02\xff", 0)
     else:
@@ -542,7 +544,7 @@ def forged(event: Event, keys: KeyBook, **envelope: Any) -> bytes:
     if "subject" in envelope and record["subject"] in keys.keys:  # under that subject's key
         record["key_id"] = next(iter(keys.keys[record["subject"]]))
     key = keys.find(record["subject"], record["key_id"]) or secrets.token_bytes(32)
-    aad = _aad(
+    aad = sealed_aad(
         record["event_id"], record["type"], record["agent_id"], record["subject"], record["key_id"]
     )
     record["ciphertext"] = AESGCM(key).encrypt(record["nonce"], Codec().encode(event), aad)
@@ -647,7 +649,7 @@ def test_the_hand_reader_says_where_the_head_ends(record: dict[str, Any]) -> Non
         record,
     )
     raw = write_sealed(record)
-    read = _sealed_read(raw)
+    read = read_sealed(raw)
     assert read is not None and read == (10 + len(head.getvalue()), _sealed_fields(raw))
 
 

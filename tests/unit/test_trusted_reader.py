@@ -20,7 +20,8 @@ from pydantic import BaseModel
 import schemas
 from schemas import BadEvent, Codec, Event, InteractionBody, InteractionRecorded
 from schemas.avro import AVSC_DIR, MAGIC, MAX_MILLIS, MIN_MILLIS, write_long
-from schemas.reader import _EXACT, _timestamp_millis, _uuid, compile_reader
+from schemas.reader import compile_reader
+from schemas.wire import _EXACT, read_timestamp_millis, read_uuid
 from tests.unit.test_schema_evolution import older_schema, record, single_object
 from tests.unit.test_schemas_roundtrip import TYPES, model_strategy
 
@@ -87,7 +88,7 @@ def _millis(value: int) -> bytes:
 @settings(max_examples=500, deadline=None)
 def test_timestamps_read_as_fastavro_reads_them(millis: int) -> None:
     expected = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=millis * 1000)
-    value, end = _timestamp_millis(_millis(millis), 0)
+    value, end = read_timestamp_millis(_millis(millis), 0)
     assert (value, value.tzinfo, end) == (expected, UTC, len(_millis(millis)))
 
 
@@ -97,14 +98,15 @@ def test_timestamps_read_as_fastavro_reads_them(millis: int) -> None:
 )
 def test_timestamps_at_the_edges_of_the_fast_road(millis: int) -> None:
     expected = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
-    assert _timestamp_millis(_millis(millis), 0)[0] == expected
+    assert read_timestamp_millis(_millis(millis), 0)[0] == expected
 
 
 def test_the_fast_road_is_exact_for_every_millisecond_of_its_last_seconds() -> None:
     """Where float rounding would show first: the top of the fast road's range."""
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for millis in range(_EXACT - 20_000, _EXACT):
-        assert _timestamp_millis(_millis(millis), 0)[0] == epoch + timedelta(milliseconds=millis)
+        expected = epoch + timedelta(milliseconds=millis)
+        assert read_timestamp_millis(_millis(millis), 0)[0] == expected
 
 
 @pytest.mark.parametrize(
@@ -119,7 +121,7 @@ def test_the_fast_road_is_exact_for_every_millisecond_of_its_last_seconds() -> N
 )
 def test_uuids_read_as_uuid_reads_them(text: str) -> None:
     data = text.encode()
-    value, end = _uuid(write_long(len(data)) + data, 0)
+    value, end = read_uuid(write_long(len(data)) + data, 0)
     assert (value, value.is_safe, end) == (UUID(text), UUID(text).is_safe, len(data) + 1)
     assert str(value) == str(UUID(text))
 
