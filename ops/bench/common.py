@@ -33,6 +33,19 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
 
 
+def compiled() -> dict[str, bool]:
+    """Which of ``setup.py``'s mypyc builds this environment runs (the stack it starts
+    runs the same): the fold (``processors``) and the wire codec (``schemas.wire``);
+    False where it runs their Python sources (``ENGRAM_PURE_PYTHON=1``, or stale)."""
+    import processors.memory
+    import schemas.wire
+
+    return {
+        "fold": not str(processors.memory.__file__).endswith(".py"),
+        "wire": not str(schemas.wire.__file__).endswith(".py"),
+    }
+
+
 def peak_rss_mib(pid: int) -> float:
     """Peak resident memory (VmHWM) of a live process, in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

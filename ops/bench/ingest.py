@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from ops.bench.common import (
     BenchStack,
     children,
+    compiled,
     cpu_seconds,
     machine,
     peak_rss_mib,
@@ -259,6 +260,7 @@ def run(
         "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
         "rows_in_clickhouse": final,
         "machine": machine(),
+        "compiled": compiled(),
         **({"timeline": samples} if samples is not None else {}),
     }
 

@@ -44,7 +44,7 @@ import clickhouse_connect
 import numpy as np
 from aiokafka import AIOKafkaProducer
 
-from ops.bench.common import machine
+from ops.bench.common import compiled, machine
 from ops.bench.processors import rich_workload
 from ops.broker import EmbeddedBroker
 from ops.rebuild import (
@@ -400,7 +400,7 @@ def main() -> None:
     template = fold(args.raw, 50)
     created = [e for e in template if isinstance(e, MemoryCreated)]
     home = Path(tempfile.mkdtemp(prefix="engram-bench-rebuild-"))
-    result: dict[str, Any] = {"machine": machine()}
+    result: dict[str, Any] = {"machine": machine(), "compiled": compiled()}
     try:
         with EmbeddedBroker(log_path=home / "broker.log") as broker:
             specs = [

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.bench.common import compiled
+
 REPO = Path(__file__).resolve().parents[2]
 PURE = os.environ.get("ENGRAM_PURE_PYTHON") == "1"
 REBUILD = "run `make` (or `pip install -e .`) to compile the fold again"
@@ -45,6 +47,7 @@ def test_the_fold_runs_compiled() -> None:
     for name in compiled_modules():
         path = str(importlib.import_module(name).__file__)
         assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name} runs from {path}: {REBUILD}"
+    assert compiled() == {"fold": True, "wire": True}  # what the benchmarks report
 
 
 def test_no_extension_is_older_than_its_source() -> None:
