@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from schemas.wire import (
+    present,
     read_blocks,
     read_boolean,
     read_double,
@@ -166,12 +167,9 @@ def _unrolled(
 
 def _optional(inner: Read) -> Read:
     def read(data: bytes, at: int) -> tuple[Any, int]:
-        branch = data[at]
-        if branch == 0:
-            return None, at + 1
-        if branch != 2:
-            raise ValueError(f"union branch byte {branch}")
-        return inner(data, at + 1)
+        if present(data, at):
+            return inner(data, at + 1)
+        return None, at + 1
 
     return read
 

@@ -22,14 +22,11 @@ raises TypeError for a ``bytes`` argument that is a ``bytearray`` or ``memoryvie
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 from schemas.uuids import with_text
-
-T = TypeVar("T")
 
 # -- reading ---------------------------------------------------------------------------
 
@@ -346,16 +343,12 @@ def read_sealed_key(raw: bytes) -> tuple[str, str] | None:
     try:
         position = skip_blob(raw, skip_blob(raw, skip_blob(raw, 10)))  # event_id, type, agent
         for _ in range(2):  # session_id, user_id: unions of null and a string
-            if raw[position] == 2:
-                position = skip_blob(raw, position + 1)
-            else:
-                position = skip_null(raw, position)
+            held = present(raw, position)
+            position = skip_blob(raw, position + 1) if held else position + 1
         position = read_long(raw, position)[1]  # occurred_at
         for _ in range(2):  # seq, idx: unions of null and a long
-            if raw[position] == 2:
-                position = read_long(raw, position + 1)[1]
-            else:
-                position = skip_null(raw, position)
+            held = present(raw, position)
+            position = read_long(raw, position + 1)[1] if held else position + 1
         subject, position = read_text(raw, position)
         key_id, _ = read_text(raw, position)
     except (IndexError, ValueError):
@@ -369,14 +362,6 @@ def skip_blob(raw: bytes, position: int) -> int:
     if length < 0 or position + length > len(raw):
         raise ValueError("bytes out of bounds")
     return position + length
-
-
-def skip_null(raw: bytes, position: int) -> int:
-    """The position after a union's null branch at ``position`` (ValueError if it is
-    another)."""
-    if raw[position] != 0:
-        raise ValueError(f"union branch byte {raw[position]}")
-    return position + 1
 
 
 def read_blob(raw: bytes, position: int) -> tuple[bytes, int]:
@@ -400,36 +385,29 @@ def read_text(raw: bytes, position: int) -> tuple[str, int]:
     return blob.decode(), end
 
 
-def read_optional(
-    raw: bytes, position: int, read: Callable[[bytes, int], tuple[T, int]]
-) -> tuple[T | None, int]:
-    """A union of null and what ``read`` reads, at ``position``."""
-    branch = raw[position]
-    if branch == 0:
-        return None, position + 1
-    if branch != 2:  # zigzag 1: the second branch
+def present(data: bytes, at: int) -> bool:
+    """Whether the union of null and a value at ``data[at]`` holds the value (its
+    branch byte is 2, zigzag 1) rather than null (0); ValueError for another byte."""
+    branch = data[at]
+    if branch == 2:
+        return True
+    if branch != 0:
         raise ValueError(f"union branch byte {branch}")
-    return read(raw, position + 1)
+    return False
 
 
 def _optional_text(raw: bytes, position: int) -> tuple[str | None, int]:
-    """``read_optional(raw, position, read_text)``, without the call through a value."""
-    branch = raw[position]
-    if branch == 0:
-        return None, position + 1
-    if branch != 2:
-        raise ValueError(f"union branch byte {branch}")
-    return read_text(raw, position + 1)
+    """A union of null and a string, at ``position``."""
+    if present(raw, position):
+        return read_text(raw, position + 1)
+    return None, position + 1
 
 
 def _optional_long(raw: bytes, position: int) -> tuple[int | None, int]:
-    """``read_optional(raw, position, read_long)``, without the call through a value."""
-    branch = raw[position]
-    if branch == 0:
-        return None, position + 1
-    if branch != 2:
-        raise ValueError(f"union branch byte {branch}")
-    return read_long(raw, position + 1)
+    """A union of null and a long, at ``position``."""
+    if present(raw, position):
+        return read_long(raw, position + 1)
+    return None, position + 1
 
 
 def sealed_aad(event_id: str, kind: str, agent_id: str, subject: str, key_id: str) -> bytes:
