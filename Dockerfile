@@ -8,7 +8,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # A regular (non-editable) install: pyproject.toml lists the packages; setup.py
-# compiles the fold with mypyc, hence the C compiler, removed after the build.
+# compiles the fold and the wire codec with mypyc, hence the C compiler, removed after
+# the build.
 COPY . /tmp/engram
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
