@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
 import fastavro
@@ -86,7 +86,6 @@ SEALED_HEADER = MAGIC + fingerprint(SEALED_SCHEMA)
 """The first 10 bytes of every sealed event."""
 
 log = logging.getLogger("engram.sealed")
-T = TypeVar("T")
 
 OVERHEAD = 1024
 """Bytes a sealed event may exceed the codec's size limit by (envelope, nonce, tag)."""
@@ -661,10 +660,7 @@ class SealingCodec(Codec):
 
 
 def _sealed_fields(raw: bytes) -> SealedFields | None:
-    """The fields of sealed single-object ``raw`` (header already checked), read by
-    hand; None when any is not as a writer of the schema writes it (a varint over 10
-    bytes, a union branch not 0 or 1, text not UTF-8, bytes beyond the end or after
-    the record)."""
+    """The fields :func:`~schemas.wire.read_sealed` reads of sealed ``raw``, or None."""
     read = read_sealed(raw)
     return None if read is None else read[1]
 
