@@ -91,6 +91,8 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if min(args.events, args.agents, args.repeat) < 1:
+        parser.error("--events, --agents and --repeat must be at least 1")
     n = args.events
     work = Workload(n, args.agents)
     steps: dict[str, Callable[[], Any]] = {
