@@ -83,27 +83,43 @@ def compile_reader(model: type[BaseModel], schema: dict[str, Any]) -> Read | Non
     :func:`schemas.avro.avro_schema` made of it), or None when either holds anything
     it does not cover."""
     try:
-        return _compile(schema, model, {})
+        return _compile(schema, model, {}, False)
     except Unreadable:
         return None
 
 
-def _compile(schema: Any, tp: Any, named: dict[str, Read]) -> Read:
+def compile_record_reader(model: type[BaseModel], schema: dict[str, Any]) -> Read | None:
+    """The same reader giving, instead of models, the record fastavro reads: records
+    as dicts, with the same values and value types. For bytes nobody vouches for, to
+    be validated after (:meth:`schemas.avro.WriterSchema.read`).
+
+    The contract: when it returns ``(record, end)`` for ``data[at:]``, fastavro's
+    ``schemaless_reader`` reads the same record there and stops at ``end`` (a
+    property test mutates valid bodies to hold it); on bytes it does not read so,
+    it raises (never returning something fastavro would refuse or read otherwise),
+    and the caller asks fastavro, whose answer or error stands."""
+    try:
+        return _compile(schema, model, {}, True)
+    except Unreadable:
+        return None
+
+
+def _compile(schema: Any, tp: Any, named: dict[str, Read], as_dict: bool) -> Read:
     if isinstance(schema, str) and schema in named:
         return named[schema]
     if isinstance(schema, list):
         if schema[:1] != ["null"] or len(schema) != 2:
             raise Unreadable(f"the union {schema!r}")
-        return _optional(_compile(schema[1], _inner(tp), named))
+        return _optional(_compile(schema[1], _inner(tp), named, as_dict))
     kind = schema.get("type") if isinstance(schema, dict) else schema
     if kind == "record":
-        return _record(schema, tp, named)
+        return _record(schema, tp, named, as_dict)
     if kind == "array":
         if schema["items"] == "double":
             return read_doubles
-        return _array(_compile(schema["items"], _item(tp, 0), named))
+        return _array(_compile(schema["items"], _item(tp, 0), named, as_dict))
     if kind == "map":
-        return _map(_compile(schema["values"], _item(tp, 1), named))
+        return _map(_compile(schema["values"], _item(tp, 1), named, as_dict))
     logical = schema.get("logicalType") if isinstance(schema, dict) else None
     leaf = _LEAVES.get((kind, logical))
     if leaf is None:
@@ -128,7 +144,7 @@ def _item(tp: Any, index: int) -> Any:
     return args[index] if len(args) > index else None
 
 
-def _record(schema: dict[str, Any], tp: Any, named: dict[str, Read]) -> Read:
+def _record(schema: dict[str, Any], tp: Any, named: dict[str, Read], as_dict: bool) -> Read:
     model = _bare(tp)
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise Unreadable(f"{schema['name']} is not read into a model ({tp!r})")
@@ -144,21 +160,25 @@ def _record(schema: dict[str, Any], tp: Any, named: dict[str, Read]) -> Read:
     named[schema["name"]] = read  # before its fields: they may name it
     for field in schema["fields"]:
         annotation = model.model_fields[field["name"]].annotation
-        readers[f"r{len(readers)}"] = _compile(field["type"], annotation, named)
-    built = _unrolled(model, names, given, readers)
+        readers[f"r{len(readers)}"] = _compile(field["type"], annotation, named, as_dict)
+    built = _unrolled(model, names, given, readers, as_dict)
     return built
 
 
 def _unrolled(
-    model: type[BaseModel], names: list[str], given: set[str], readers: dict[str, Read]
+    model: type[BaseModel],
+    names: list[str],
+    given: set[str],
+    readers: dict[str, Read],
+    as_dict: bool,
 ) -> Read:
     """One function reading the fields in turn, written out (as ``dataclasses``
     writes its ``__init__``): a loop over (name, reader) pairs cost ~0.15 µs a field
-    more."""
+    more. It returns the model, or the dict of its fields (``as_dict``)."""
     lines = ["def read(data, at):"]
     lines += [f"    v{i}, at = r{i}(data, at)" for i in range(len(names))]
-    values = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
-    lines.append(f"    return trusted(model, {{{values}}}, given), at")
+    values = "{" + ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names)) + "}"
+    lines.append(f"    return {values if as_dict else f'trusted(model, {values}, given)'}, at")
     scope: dict[str, Any] = {**readers, "trusted": trusted, "model": model, "given": given}
     exec("\n".join(lines), scope)  # the names are field names: identifiers
     read: Read = scope["read"]

@@ -54,7 +54,7 @@ def read_string(data: bytes, at: int) -> tuple[Any, int]:
     """An Avro string at ``data[at:]`` (UTF-8, strict) and the offset after it;
     ValueError for a length out of bounds or bytes that are not UTF-8."""
     size = data[at]
-    if size < 0x80:
+    if size < 0x80 and not size & 1:
         at += 1
         size >>= 1  # a non-negative length: zigzag is a shift
     else:
