@@ -14,7 +14,8 @@ field in ``model_fields_set``) but without the validation. A property test holds
 The contract: a reader is only for bytes written with its own (current) schema by an
 encoder of a valid model; on any other bytes it may raise anything or return a model
 that validation would refuse. Whoever cannot vouch for the bytes validates
-(:meth:`schemas.codec.Codec.decode`).
+(:meth:`schemas.codec.Codec.decode`), which reads them with the same parts giving
+fastavro's dicts (:func:`compile_record_reader`, whose contract is its own).
 
 Why: for the ingest bench's ``interaction.recorded`` (~284 bytes) fastavro's read cost
 ~8.4 µs (its logical types alone ~3 µs) and pydantic's validation ~4.3 µs; the fold

@@ -2,7 +2,8 @@
 engram encoded exactly the event ``Codec.decode`` gives: equal values of the same
 types (a ``UUID`` where validation makes one, the same ``tzinfo``), the same
 ``model_fields_set``, the same JSON; and leaves to ``decode`` what it does not cover.
-(fastavro is the reference through ``decode``, which reads with it.)"""
+(fastavro is the reference through ``decode``, which reads with it or with the
+record reader that ``test_record_reader.py`` holds to it.)"""
 
 from __future__ import annotations
 
@@ -58,13 +59,11 @@ def same(a: Any, b: Any, where: str = "event") -> None:
         assert a == b, f"{where}: {a!r} vs {b!r}"
 
 
-def test_every_current_schema_has_a_trusted_reader() -> None:
-    missing = [
-        t.TYPE
-        for t in schemas.ALL_TYPES
-        if CODEC.writers[CODEC.avro[t.TYPE].header[2:]].trusted is None
-    ]
-    assert not missing
+def test_every_current_schema_has_a_trusted_reader_and_a_record_reader() -> None:
+    """(The record reader, which ``decode`` reads with: ``test_record_reader.py``.)"""
+    writers = [CODEC.writers[CODEC.avro[t.TYPE].header[2:]] for t in schemas.ALL_TYPES]
+    assert [w.reader.event_type.TYPE for w in writers if w.trusted is None] == []
+    assert [w.reader.event_type.TYPE for w in writers if w.records is None] == []
 
 
 @TYPES
