@@ -11,11 +11,18 @@ Their ``.py`` sources stay beside the extensions and are what a reader and mypy 
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.
+
+pip runs this file three times for one ``pip install -e .``: for the build's
+requirements (``egg_info``), for the metadata (``dist_info``) and for the build
+itself. Only the build needs the extensions, and ``mypycify`` type-checks and
+translates the modules each time it is called (about 19 s of the 105 s an install took
+on 2 cores), so the metadata runs skip it (:func:`_metadata_only`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 from setuptools import setup
 
@@ -41,8 +48,23 @@ WIRE = ["schemas/wire.py"]
 """Avro's bytes and the sealed envelope, read and written by hand (its own extension)."""
 
 
+METADATA = frozenset({"egg_info", "dist_info"})
+"""setuptools' commands that only write the project's metadata."""
+BUILDS = frozenset(
+    {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install", "bdist"}
+)
+"""Commands that build the extensions (or may, through another command)."""
+
+
+def _metadata_only(argv: list[str]) -> bool:
+    """Whether the command line ``argv`` (``sys.argv[1:]``: commands, their options
+    and the options' values) asks only for metadata: a command of :data:`METADATA`
+    and none of :data:`BUILDS`. Anything else compiles, as before."""
+    return bool(METADATA.intersection(argv)) and not BUILDS.intersection(argv)
+
+
 def _extensions() -> list[object]:
-    if os.environ.get("ENGRAM_PURE_PYTHON") == "1":
+    if os.environ.get("ENGRAM_PURE_PYTHON") == "1" or _metadata_only(sys.argv[1:]):
         return []
     from mypyc.build import mypycify
 
@@ -50,4 +72,5 @@ def _extensions() -> list[object]:
     return [*fold, *mypycify(WIRE, opt_level="3")]
 
 
-setup(ext_modules=_extensions())
+if __name__ == "__main__":  # as pip's build backend and ``python setup.py`` run it
+    setup(ext_modules=_extensions())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -48,6 +49,33 @@ def test_the_fold_runs_compiled() -> None:
         path = str(importlib.import_module(name).__file__)
         assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name} runs from {path}: {REBUILD}"
     assert compiled() == {"fold": True, "wire": True}  # what the benchmarks report
+
+
+def setup_module_of_repo() -> object:
+    """``setup.py`` imported as a module (its ``setup()`` call runs only as a script)."""
+    spec = importlib.util.spec_from_file_location("engram_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# the command lines setuptools' build backend gives setup.py for one `pip install -e .`
+REQUIRES = ["egg_info"]
+METADATA = ["dist_info", "--output-dir", "/tmp/x", "--keep-egg-info"]
+EDITABLE = ["editable_wheel", "--dist-dir", "/tmp/y"]
+
+
+def test_only_the_build_itself_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    setup = setup_module_of_repo()
+    only = setup._metadata_only  # type: ignore[attr-defined]
+    assert only(REQUIRES) and only(METADATA)
+    for argv in (EDITABLE, ["bdist_wheel"], ["build_ext", "--inplace"], ["develop"], []):
+        assert not only(argv), argv
+    assert not only(["egg_info", "build_ext"])  # metadata and a build: the build wins
+    monkeypatch.delenv("ENGRAM_PURE_PYTHON", raising=False)
+    monkeypatch.setattr(sys, "argv", ["setup.py", *METADATA])
+    assert setup._extensions() == []  # type: ignore[attr-defined]
 
 
 def test_no_extension_is_older_than_its_source() -> None:
