@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	ENGRAM_PURE_PYTHON=1 $(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The fold's modules and the wire codec compiled by mypyc (setup.py, about two minutes
+# The fold's modules and the wire codec compiled by mypyc (setup.py, about one minute
 # on 2 cores), again whenever one of them changes: an extension left older than its
 # source would run the old code (tests/unit/test_compiled_fold.py fails if one is).
 $(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py) schemas/wire.py
