@@ -283,8 +283,8 @@ class UseEmbedder:
         return _openblas().found
 
     def load(self) -> None:
-        """Load the model now rather than on first use (about 0.3 s from the prepared
-        copy of :mod:`sinks.use_cache`, 1.6 s without; about 120 MiB)."""
+        """Load the model now rather than on first use (about 0.3 s of CPU from the
+        prepared copy of :mod:`sinks.use_cache`, 1.2-1.6 s without; about 120 MiB)."""
         self._model()
 
     def embed_passages(self, texts: Sequence[str]) -> list[list[float]]:

