@@ -54,6 +54,7 @@ from processors.summary import SUMMARISER_NAME
 from schemas import RAW_TYPE_NAMES, Codec, Event
 from schemas.sealed import SealingCodec
 from sinks.clickhouse import ClickHouseHistory
+from sinks.clickhouse_erasure import without_pandas
 from sinks.derivations import Derivation, Derivations, first
 from sinks.embed_process import ProcessEmbedder
 from sinks.embedding import Embedder, get_embedder
@@ -281,6 +282,7 @@ def run_up(settings: Settings, say: Say = print) -> int:
             broker = EmbeddedBroker(settings.kafka_port, settings.home / "broker.log")
             bootstrap = broker.start()
             say(f"broker: Tansu on {bootstrap} (in memory)")
+        without_pandas()  # the history's inserts are plain rows
         client = clickhouse_connect.get_client(dsn=settings.clickhouse_dsn)
         gate = QueryGate(
             client,

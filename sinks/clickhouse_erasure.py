@@ -33,6 +33,7 @@ Every step is idempotent: run again, it finds nothing more to do.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,6 +74,22 @@ def insert_rows(
         client.data_insert(context)
     finally:
         vars(context).clear()  # used once: its cycle and the rows go now
+
+
+def without_pandas() -> bool:
+    """Keep clickhouse-connect from importing pandas in this process, unless something
+    has already: every insert asks whether its rows are a pandas DataFrame
+    (``options.pd``, resolved on first use by importing pandas: ~0.3 s of CPU and
+    ~50 MiB). Only for a process whose inserts are all plain rows, as the stack's (its
+    history writes through :func:`insert_rows`): clickhouse-connect then treats
+    everything as it does where pandas is not installed. Returns whether it now does."""
+    if "pandas" in sys.modules:
+        return False
+    from clickhouse_connect.driver import options
+
+    # what clickhouse-connect sets itself when it finds no pandas
+    options.pd = options.pd_time_test = None
+    return True
 
 
 CHECKPOINT_TABLES = ("agent_states", "agent_checkpoints")

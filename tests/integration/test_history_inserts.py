@@ -5,6 +5,8 @@ forgets them all; the layout of the tables and the columns ClickHouse reads for 
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -243,3 +245,41 @@ def test_the_memories_view_of_a_history_from_before_shows_what_a_rollback_restor
     ).result_rows
     assert [m.replace(tzinfo=UTC) for m in moments] == [t0 + timedelta(hours=h) for h in (4, 1)]
     client.close()
+
+
+PANDAS_PROBE = """
+import sys
+import clickhouse_connect
+from sinks.clickhouse_erasure import insert_rows, without_pandas
+kept_out = {call}
+client = clickhouse_connect.get_client(dsn="chdb://{path}")
+client.command("CREATE TABLE t (id UInt32, name String) ENGINE = MergeTree ORDER BY id")
+insert_rows(client, "t", [[1, "a"], [2, "b"]], ["id", "name"], ["UInt32", "String"])
+rows = client.query("SELECT id, name FROM t ORDER BY id").result_rows
+print(kept_out, "pandas" in sys.modules, rows)
+"""
+
+
+@pytest.mark.parametrize("call", ["without_pandas()", "None"])
+def test_the_stack_s_inserts_need_no_pandas(tmp_path: Path, call: str) -> None:
+    """The worker's process keeps clickhouse-connect from importing pandas (0.3 s, ~50
+    MiB) for its first insert: in a fresh interpreter the rows land either way, and
+    pandas is imported only without ``without_pandas`` (so the test would notice a
+    clickhouse-connect that resolves pandas some other way)."""
+    probe = PANDAS_PROBE.format(call=call, path=tmp_path / "ch")
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    kept_out, imported, rows = done.stdout.strip().split(" ", 2)
+    assert rows == "[(1, 'a'), (2, 'b')]"
+    assert (kept_out, imported) == (("True", "False") if call != "None" else ("None", "True"))
+
+
+def test_pandas_already_imported_is_left_to_clickhouse_connect() -> None:
+    import pandas  # noqa: F401  # imported by this test process first
+    from clickhouse_connect.driver import options
+
+    from sinks.clickhouse_erasure import without_pandas
+
+    assert without_pandas() is False
+    assert options.pd is not None
