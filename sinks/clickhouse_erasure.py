@@ -80,7 +80,7 @@ def without_pandas() -> bool:
     """Keep clickhouse-connect from importing pandas in this process, unless something
     has already: every insert asks whether its rows are a pandas DataFrame
     (``options.pd``, resolved on first use by importing pandas: ~0.3 s of CPU and
-    ~50 MiB). Only for a process whose inserts are all plain rows, as the stack's (its
+    30-50 MiB). Only for a process whose inserts are all plain rows, as the stack's (its
     history writes through :func:`insert_rows`): clickhouse-connect then treats
     everything as it does where pandas is not installed. Returns whether it now does."""
     if "pandas" in sys.modules:
