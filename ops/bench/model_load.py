@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ops.bench.common import children, cpu_seconds, machine, peak_rss_mib
+from ops.bench.common import children, cpu_seconds, machine, peak_rss_mib, start_stack
 
 PROBE = """
 import json, resource, sys, time
@@ -77,30 +77,20 @@ def loads(rounds: int) -> dict[str, list[dict[str, float]]]:
 
 def stack_once(bootstrap: str, cache: str, settle: float) -> dict[str, float]:
     """One ``engram up`` start: seconds to an answering API, CPU per process later."""
-    from ops.launch import launch, stop
-    from ops.net import free_port
-
-    home = Path(tempfile.mkdtemp(prefix="engram-model-load-home-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
-    env |= {
-        "ENGRAM_HOME": str(home),
-        "ENGRAM_HTTP": f"127.0.0.1:{free_port()}",
-        "ENGRAM_KAFKA_BOOTSTRAP": bootstrap,
-        "ENGRAM_TICK_INTERVAL_S": "0",
-        "ENGRAM_CACHE_DIR": cache,
-    }
     began = time.perf_counter()
-    process, _ = launch(home, env)
+    stack = start_stack(
+        ENGRAM_KAFKA_BOOTSTRAP=bootstrap, ENGRAM_TICK_INTERVAL_S="0", ENGRAM_CACHE_DIR=cache
+    )
     result = {"ready_s": time.perf_counter() - began}
     try:
         time.sleep(settle)
-        result["worker_cpu_s"] = cpu_seconds(process.pid)
-        result["worker_peak_rss_mib"] = peak_rss_mib(process.pid)
+        pid = stack.process.pid
+        result["worker_cpu_s"] = cpu_seconds(pid)
+        result["worker_peak_rss_mib"] = peak_rss_mib(pid)
         for kind, marker in (("embedder", "embed_process"), ("ingest", "ingest_child")):
-            result[f"{kind}_cpu_s"] = sum(cpu_seconds(c) for c in children(process.pid, marker))
+            result[f"{kind}_cpu_s"] = sum(cpu_seconds(c) for c in children(pid, marker))
     finally:
-        stop(process)
-        shutil.rmtree(home, ignore_errors=True)
+        stack.stop()
     return result
 
 
