@@ -35,7 +35,8 @@ demo: $(COMPILED)
 ## subprocesses (the integration and end-to-end tests took 420 s on three workers and
 ## about 530 s on two). The files go out longest first, by the seconds their tests took
 ## in the runs before (tests/conftest.py, LongestFilesFirst; xdist's own order, by number
-## of tests, left the slow files of one or two tests for last). Each pass ends with its
+## of tests, left the slow files of one or two tests for last), or in a fresh clone by the
+## seconds committed in tests/durations.json (python -m tests.durations). Each pass ends with its
 ## 15 slowest tests, so a slow CI machine shows where the time goes.
 test: $(COMPILED)
 	$(BIN)/ruff check .

@@ -18,6 +18,7 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
+from tests.durations import CACHE_KEY, committed, file_of
 from tests.support import (
     FAST_GROUP,
     STARTED,
@@ -59,15 +60,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
 
 
-TEST_SECONDS = "engram/test-seconds/"
-"""Cache key (plus the broker's kind) of the seconds each test took (setup, call and
-teardown) when it last ran: the order :class:`LongestFilesFirst` hands files out in."""
-
-
-def file_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 class LongestFilesFirst:
     """Orders the test files as the workers should take them (``make test`` runs
     ``--dist loadfile --no-loadscope-reorder``): the longest first, so that a run does
@@ -75,15 +67,18 @@ class LongestFilesFirst:
     number of tests, handed out the slow files of one or two tests last). A file's
     length is the sum of the seconds its selected tests took when they last ran on this
     broker (pytest's cache, written by the process that saw the reports: the controller
-    under xdist). A file none of whose tests ran before comes first if it runs
-    components (integration, e2e: tens of seconds), last if it is a unit test file
-    (short ones fill the end). Tests keep their order in a file; without xdist, so do
-    the files."""
+    under xdist); without them (a fresh clone), the seconds its file took in the runs
+    committed with the tests (:mod:`tests.durations`). A file none of whose tests ran
+    before comes first if it runs components (integration, e2e: tens of seconds), last
+    if it is a unit test file (short ones fill the end). Tests keep their order in a
+    file; without xdist, so do the files."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.key = TEST_SECONDS + broker_kind()
+        kind = broker_kind()
+        self.key = CACHE_KEY + kind
         self.cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
         self.known: dict[str, float] = self.cache.get(self.key, {}) if self.cache else {}
+        self.committed = committed(kind)
         self.seconds: dict[str, float] = {}
 
     @pytest.hookimpl(trylast=True)  # after ``-m`` deselected: the order of what runs
@@ -97,6 +92,10 @@ class LongestFilesFirst:
             if item.nodeid in self.known:
                 path = file_of(item.nodeid)
                 measured[path] = measured.get(path, 0.0) + self.known[item.nodeid]
+        for item in items:
+            path = file_of(item.nodeid)
+            if path not in measured and path in self.committed:
+                measured[path] = self.committed[path]
 
         def weight(path: str) -> tuple[int, float]:
             if path in measured:
