@@ -18,7 +18,7 @@ from hypothesis import settings
 
 from ops.broker import EmbeddedBroker
 from ops.kafka import ApacheKafka, available
-from tests.durations import CACHE_KEY, committed, file_of
+from tests.durations import CACHE_KEY, by_file, committed, file_of
 from tests.support import (
     FAST_GROUP,
     STARTED,
@@ -87,13 +87,10 @@ class LongestFilesFirst:
     ) -> None:
         if not hasattr(config, "workerinput"):  # one process: the files in their order
             return
-        measured: dict[str, float] = {}
-        for item in items:
-            if item.nodeid in self.known:
-                path = file_of(item.nodeid)
-                measured[path] = measured.get(path, 0.0) + self.known[item.nodeid]
-        for item in items:
-            path = file_of(item.nodeid)
+        known = self.known
+        measured = by_file({i.nodeid: known[i.nodeid] for i in items if i.nodeid in known})
+        files = dict.fromkeys(file_of(item.nodeid) for item in items)
+        for path in files:
             if path not in measured and path in self.committed:
                 measured[path] = self.committed[path]
 
@@ -102,7 +99,6 @@ class LongestFilesFirst:
                 return 1, -measured[path]
             return (2, 0.0) if path.startswith("tests/unit/") else (0, 0.0)
 
-        files = dict.fromkeys(file_of(item.nodeid) for item in items)
         rank = {path: (weight(path), i) for i, path in enumerate(files)}
         items.sort(key=lambda item: rank[file_of(item.nodeid)])
 

@@ -4,9 +4,9 @@
 ``make test`` runs the files on three pytest workers, a whole file each, longest first
 (``tests/conftest.py``, ``LongestFilesFirst``). The lengths come from pytest's cache of
 the last runs on this machine; a fresh clone (CI) has no cache, and used to hand the
-files out in collection order: on Apache Kafka, the longest file (the transfer tests,
-about 100 s) went out near the end and ran alone while the other workers had finished.
-The committed lengths fill that gap; a file the cache knows takes the cache's length.
+files out in collection order (alphabetical), where a long file can go out last and run
+alone while the other workers have finished. The committed lengths fill that gap; a file
+the cache knows takes the cache's length.
 
 Refresh after tests were added or moved (it keeps the files that did not run)::
 
