@@ -8,7 +8,8 @@ files out in collection order (alphabetical), where a long file can go out last 
 alone while the other workers have finished. The committed lengths fill that gap; a file
 the cache knows takes the cache's length.
 
-Refresh after tests were added or moved (it keeps the files that did not run)::
+Refresh after tests were added or moved (it keeps the files that did not run, and
+drops those that no longer exist)::
 
     .venv/bin/python -m tests.durations
 
@@ -54,7 +55,8 @@ def committed(kind: str) -> dict[str, float]:
 
 def main() -> None:
     """Rewrite ``tests/durations.json`` from this checkout's pytest cache."""
-    cache = Path(__file__).parent.parent / ".pytest_cache" / "v"
+    root = Path(__file__).parent.parent
+    cache = root / ".pytest_cache" / "v"
     out: dict[str, dict[str, float]] = {}
     for kind in ("tansu", "kafka"):
         merged = committed(kind)
@@ -63,8 +65,9 @@ def main() -> None:
         except (OSError, ValueError):
             per_test = {}
         merged |= by_file(per_test)
-        out[kind] = {path: round(merged[path], 1) for path in sorted(merged)}
-        print(f"{kind}: {len(per_test)} tests in the cache, {len(merged)} files")
+        kept = sorted(path for path in merged if (root / path).is_file())
+        out[kind] = {path: round(merged[path], 1) for path in kept}
+        print(f"{kind}: {len(per_test)} tests in the cache, {len(kept)} files")
     PATH.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {PATH}")
 
