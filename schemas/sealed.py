@@ -386,7 +386,7 @@ class Sealer:
         event, that road gives the same one (a property test holds the two equal):
         only the cost differs (~13 µs of an open's ~45 went into fastavro's reading of
         the envelope and the two envelope models compared)."""
-        if len(raw) > self.codec.max_bytes + OVERHEAD:
+        if len(raw) > self.codec.max_bytes + OVERHEAD or not is_sealed(raw):
             return None
         fields = _sealed_fields(raw)
         if fields is None:
@@ -402,7 +402,7 @@ class Sealer:
                 nonce, sealed, sealed_aad(event_id, kind, agent, subject, key_id)
             )
             event = self.codec.decode_trusted(inner)  # authentic: engram sealed a valid event
-        except (InvalidTag, ValueError):  # BadEvent is a ValueError
+        except (InvalidTag, ValueError, BadEvent):  # fastavro's road says what is wrong
             return None
         at = event.occurred_at
         if (
@@ -433,7 +433,7 @@ class Sealer:
         readers that trust what the fold validated before sealing (a rebuild), only
         for derived events whose writer schema opens with the envelope fields in the
         order of :data:`DERIVED_HEAD` (a property test holds the two roads equal)."""
-        if len(raw) > self.codec.max_bytes + OVERHEAD:
+        if len(raw) > self.codec.max_bytes + OVERHEAD or not is_sealed(raw):
             return None
         read = read_sealed(raw)
         if read is None:

@@ -427,6 +427,31 @@ def variants(raw: bytes, data: st.DataObject) -> list[bytes]:
     return [raw, bytes(flipped), raw[:cut], raw + data.draw(st.binary(min_size=1, max_size=3))]
 
 
+@pytest.mark.parametrize("limit", [schemas.DEFAULT_MAX_BYTES, 64])
+def test_every_bit_flipped_opens_alike_on_both_roads(limit: int) -> None:
+    """Each single-bit flip of one sealed event, over both size limits: a flip in the
+    envelope's time (out of a datetime's range) with clear bytes over the small limit
+    once made opening by hand say "over the limit" where fastavro's road says the
+    envelope is malformed (the clear bytes' refusal escaped the by-hand road)."""
+    event = InteractionRecorded.model_validate(
+        {
+            "event_id": UUID("e3e70682-c209-4cac-629f-6fbed82c07cd"),
+            "agent_id": "agent-0",
+            "occurred_at": datetime(279, 1, 1, tzinfo=UTC),
+            "body": {"role": "user", "content": "hello"},
+        }
+    )
+    keys = book(subject_of(event))
+    raw = Sealer(Codec(), keys).seal(event)
+    for at in range(2, len(raw)):
+        for bit in range(8):
+            flipped = bytearray(raw)
+            flipped[at] ^= 1 << bit
+            by_hand = Sealer(Codec(max_bytes=limit), keys, remember=False)
+            reference = FastavroRoad(Codec(max_bytes=limit), keys, remember=False)
+            assert outcome(by_hand, bytes(flipped)) == outcome(reference, bytes(flipped)), (at, bit)
+
+
 @SEALING
 @given(data=st.data(), kind=st.sampled_from(schemas.ALL_TYPES))
 def test_opening_by_hand_gives_what_fastavros_road_gives(
@@ -630,6 +655,12 @@ def test_unsealing_leaves_to_opening_what_it_does_not_vouch_for() -> None:
     # one), and is left to it
     upper = rewrite(raw, event_id=str(event.event_id).upper())
     assert sealer.inner(upper) is None and sealer.open(upper) == event
+    # a header that is not the sealed schema's: opening says so, and unsealing leaves it
+    for at in range(10):
+        broken = raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1 :]
+        assert sealer.inner(broken) is None
+        with pytest.raises(BadEvent, match="not a sealed event"):
+            sealer.open(broken)
     # a destroyed key: opening says shredded
     keys.keys["mei"] = dict.fromkeys(keys.keys["mei"])
     assert sealer.inner(raw) is None
