@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 # The fold's modules and the wire codec compiled by mypyc (setup.py, about one minute
 # on 2 cores), again whenever one of them changes: an extension left older than its
 # source would run the old code (tests/unit/test_compiled_fold.py fails if one is).
-$(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py) schemas/wire.py
+$(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py) schemas/wire.py schemas/uuids.py \
+		schemas/reader.py
 	@echo "== compiling the fold and the wire codec with mypyc (setup.py)"
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(COMPILED)

@@ -6,8 +6,15 @@ turns their typed Python into C extensions, with the same behaviour (the fold's 
 digests, ``tests/unit/test_fold_golden.py``, hold the compiled fold to the same bytes).
 ``WIRE`` is what every event costs on its way through the log, Avro's bytes and the
 sealed envelope (``schemas/wire.py``), held to fastavro's reading and writing by the
-property tests of the codec.
-Their ``.py`` sources stay beside the extensions and are what a reader and mypy see.
+property tests of the codec, with the UUIDs that keep their text
+(``schemas/uuids.py``) and the readers of Avro bodies into models
+(``schemas/reader.py``, whose ``trusted`` builds every model the fold makes).
+Both lists are one extension group, so the fold calls the wire's functions natively
+(as two groups, each of the fold's ~3.6 model builds an event went through a Python
+call). Their ``.py`` sources stay beside the extensions and are what a reader and mypy
+see. mypyc compiles no class that subclasses a Python class (an exception, ``UUID``)
+as a native one: those carry ``mypyc_attr(native_class=False)`` (hence the runtime
+dependency on ``mypy-extensions``, which the plain sources import too).
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.
@@ -42,10 +49,10 @@ COMPILED = [
     "processors/facts.py",
     "processors/memory.py",
 ]
-"""The fold (one extension group: its modules call one another natively)."""
+"""The fold's modules."""
 
-WIRE = ["schemas/wire.py"]
-"""Avro's bytes and the sealed envelope, read and written by hand (its own extension)."""
+WIRE = ["schemas/wire.py", "schemas/uuids.py", "schemas/reader.py"]
+"""Avro's bytes, the sealed envelope and the models read from them, by hand."""
 
 
 METADATA = frozenset({"egg_info", "dist_info"})
@@ -68,8 +75,7 @@ def _extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    fold = mypycify(COMPILED, opt_level="3", group_name="processors")
-    return [*fold, *mypycify(WIRE, opt_level="3")]
+    return list(mypycify([*WIRE, *COMPILED], opt_level="3", group_name="processors"))
 
 
 if __name__ == "__main__":  # as pip's build backend and ``python setup.py`` run it

@@ -25,8 +25,9 @@ opens every sealed event of the log so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
+from mypy_extensions import mypyc_attr
 from pydantic import BaseModel
 
 from schemas.wire import (
@@ -45,12 +46,12 @@ M = TypeVar("M", bound=BaseModel)
 Read = Callable[[bytes, int], tuple[Any, int]]
 """Reads one value at ``data[at:]``: the value and the offset after it."""
 
-_new = object.__new__
-_slots = vars(BaseModel)
-_set_dict = _slots["__dict__"].__set__
-_set_fields = _slots["__pydantic_fields_set__"].__set__
-_set_extra = _slots["__pydantic_extra__"].__set__
-_set_private = _slots["__pydantic_private__"].__set__
+_new: Final = object.__new__
+_slots: Final = vars(BaseModel)
+_set_dict: Final = _slots["__dict__"].__set__
+_set_fields: Final = _slots["__pydantic_fields_set__"].__set__
+_set_extra: Final = _slots["__pydantic_extra__"].__set__
+_set_private: Final = _slots["__pydantic_private__"].__set__
 
 
 def trusted(cls: type[M], values: dict[str, Any], given: set[str]) -> M:
@@ -75,6 +76,7 @@ def updated(model: M, changes: dict[str, Any]) -> M:
     return copy
 
 
+@mypyc_attr(native_class=False)
 class Unreadable(TypeError):
     """A schema or model outside what :func:`compile_reader` covers."""
 

