@@ -47,6 +47,7 @@ COMPILED = [
     "processors/memories.py",
     "processors/consolidation.py",
     "processors/facts.py",
+    "processors/forgetting.py",
     "processors/memory.py",
 ]
 """The fold's modules."""
