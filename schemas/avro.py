@@ -27,9 +27,8 @@ from schemas.errors import BadEvent
 from schemas.reader import compile_reader, compile_record_reader, read_doubles
 from schemas.wire import (
     END,
-    NULL,
-    SMALL,
-    SOME,
+    OptionalWriter,
+    RecordWriter,
     write_boolean,
     write_double,
     write_doubles,
@@ -384,30 +383,8 @@ def _record_writer(schema: AvroSchema, model: Any, named: dict[str, tuple[Any, W
         ):
             raise Unsupported(f"{model!r}.{field['name']} is not dumped as it is")
         writers.append(_compile(field["type"], info.annotation, named))
-    built = _unrolled(names, writers)
+    built = RecordWriter(names, writers)  # compiled: see its docstring
     return built
-
-
-def _unrolled(names: list[str], writers: list[Write]) -> Write:
-    """One function writing the fields in turn, written out (as ``dataclasses``
-    writes its ``__init__``), a string field's bytes in place: a loop over (name,
-    writer) pairs cost about a third of a ``working.updated``'s encoding."""
-    lines = ["def write(value, out):", "    v = value.__dict__"]
-    for i, (name, writer) in enumerate(zip(names, writers, strict=True)):
-        if writer is write_string:
-            lines += [
-                f"    d = v[{name!r}].encode()",
-                "    n = len(d)",
-                "    out.append(SMALL[n + n] if n < 64 else write_long(n))",
-                "    out.append(d)",
-            ]
-        else:
-            lines.append(f"    w{i}(v[{name!r}], out)")
-    scope: dict[str, Any] = {f"w{i}": w for i, w in enumerate(writers)}
-    scope.update(SMALL=SMALL, write_long=write_long)
-    exec("\n".join(lines), scope)  # the names are field names: identifiers
-    write: Write = scope["write"]
-    return write
 
 
 def _plain(model: Any) -> bool:
@@ -423,14 +400,7 @@ def _plain(model: Any) -> bool:
 
 
 def _optional(inner: Write) -> Write:
-    def write(value: Any, out: list[bytes]) -> None:
-        if value is None:
-            out.append(NULL)
-        else:
-            out.append(SOME)
-            inner(value, out)
-
-    return write
+    return OptionalWriter(inner)
 
 
 def _array(item: Write) -> Write:
