@@ -31,6 +31,15 @@ from mypy_extensions import mypyc_attr
 from pydantic import BaseModel
 
 from schemas.wire import (
+    KIND_BOOLEAN,
+    KIND_DOUBLE,
+    KIND_DOUBLES,
+    KIND_LONG,
+    KIND_OPTIONAL,
+    KIND_OTHER,
+    KIND_STRING,
+    KIND_TIMESTAMP,
+    KIND_UUID,
     present,
     read_blocks,
     read_boolean,
@@ -168,19 +177,6 @@ def _record(schema: dict[str, Any], tp: Any, named: dict[str, Read], as_dict: bo
     return built
 
 
-_STRING: Final = 0
-_UUID: Final = 1
-_LONG: Final = 2
-_TIMESTAMP: Final = 3
-_DOUBLE: Final = 4
-_BOOLEAN: Final = 5
-_DOUBLES: Final = 6
-_OPTIONAL: Final = 8
-"""Added to a leaf's kind: the union of null and that leaf."""
-_OTHER: Final = 16
-"""A reader called as it is (a record, an array, a map, an optional of those)."""
-
-
 @final
 class _Fields:
     """Reads a record's fields in turn. Compiled by mypyc (``setup.py``): a field
@@ -215,11 +211,11 @@ class _Fields:
         value: Any
         for i in range(len(names)):
             kind = kinds[i]
-            if kind < _OPTIONAL:
+            if kind < KIND_OPTIONAL:
                 value, at = _leaf(kind, data, at)
-            elif kind < _OTHER:
+            elif kind < KIND_OTHER:
                 if present(data, at):
-                    value, at = _leaf(kind - _OPTIONAL, data, at + 1)
+                    value, at = _leaf(kind - KIND_OPTIONAL, data, at + 1)
                 else:
                     value, at = None, at + 1
             else:
@@ -232,17 +228,17 @@ class _Fields:
 
 def _leaf(kind: int, data: bytes, at: int) -> tuple[Any, int]:
     """The value of the leaf ``kind`` at ``data[at:]`` and the offset after it."""
-    if kind == _STRING:
+    if kind == KIND_STRING:
         return read_string(data, at)
-    if kind == _UUID:
+    if kind == KIND_UUID:
         return read_uuid(data, at)
-    if kind == _LONG:
+    if kind == KIND_LONG:
         return read_long(data, at)
-    if kind == _TIMESTAMP:
+    if kind == KIND_TIMESTAMP:
         return read_timestamp_millis(data, at)
-    if kind == _DOUBLE:
+    if kind == KIND_DOUBLE:
         return read_double(data, at)
-    if kind == _BOOLEAN:
+    if kind == KIND_BOOLEAN:
         return read_boolean(data, at)
     return read_doubles(data, at)
 
@@ -251,8 +247,8 @@ def _kind(read: Read) -> int:
     """How :class:`_Fields` reads a field whose reader is ``read``."""
     if isinstance(read, _Optional):
         inner = _LEAF_KINDS.get(read.inner)
-        return _OTHER if inner is None else inner + _OPTIONAL
-    return _LEAF_KINDS.get(read, _OTHER)
+        return KIND_OTHER if inner is None else inner + KIND_OPTIONAL
+    return _LEAF_KINDS.get(read, KIND_OTHER)
 
 
 def _optional(inner: Read) -> Read:
@@ -311,12 +307,12 @@ _LEAVES: dict[tuple[Any, Any], Read] = {
 """The readers of one value (compiled, :mod:`schemas.wire`)."""
 
 _LEAF_KINDS: dict[Any, int] = {
-    read_string: _STRING,
-    read_uuid: _UUID,
-    read_long: _LONG,
-    read_timestamp_millis: _TIMESTAMP,
-    read_double: _DOUBLE,
-    read_boolean: _BOOLEAN,
-    read_doubles: _DOUBLES,
+    read_string: KIND_STRING,
+    read_uuid: KIND_UUID,
+    read_long: KIND_LONG,
+    read_timestamp_millis: KIND_TIMESTAMP,
+    read_double: KIND_DOUBLE,
+    read_boolean: KIND_BOOLEAN,
+    read_doubles: KIND_DOUBLES,
 }
 """The kind of each leaf's reader, by :func:`_leaf`."""

@@ -268,18 +268,21 @@ epoch milliseconds."""
 Write = Callable[[Any, list[bytes]], None]
 """Appends the Avro bytes of one value to ``out``."""
 
-_W_STRING: Final = 0
-_W_UUID: Final = 1
-_W_LONG: Final = 2
-_W_TIMESTAMP: Final = 3
-_W_DOUBLE: Final = 4
-_W_BOOLEAN: Final = 5
-_W_STRINGS: Final = 6
-_W_DOUBLES: Final = 7
-_W_OPTIONAL: Final = 8
+KIND_STRING: Final = 0
+KIND_UUID: Final = 1
+KIND_LONG: Final = 2
+KIND_TIMESTAMP: Final = 3
+KIND_DOUBLE: Final = 4
+KIND_BOOLEAN: Final = 5
+KIND_DOUBLES: Final = 6
+KIND_STRINGS: Final = 7
+"""The leaves a record's compiled reader (:class:`schemas.reader._Fields`: no array of
+strings) and writer (:class:`RecordWriter`) handle by a native call."""
+KIND_OPTIONAL: Final = 8
 """Added to a leaf's kind: the union of null and that leaf."""
-_W_OTHER: Final = 16
-"""A writer called as it is (a record, an array or a map of records…)."""
+KIND_OTHER: Final = 16
+"""A field read or written by calling its reader or writer as it is (a record, an
+array or a map of records, an optional of those)."""
 
 
 @final
@@ -318,32 +321,32 @@ class RecordWriter:
         for i in range(len(names)):
             kind = kinds[i]
             x = fields[names[i]]
-            if kind < _W_OPTIONAL:
+            if kind < KIND_OPTIONAL:
                 _write_leaf(kind, x, out)
-            elif kind < _W_OTHER:
+            elif kind < KIND_OTHER:
                 if x is None:
                     out.append(NULL)
                 else:
                     out.append(SOME)
-                    _write_leaf(kind - _W_OPTIONAL, x, out)
+                    _write_leaf(kind - KIND_OPTIONAL, x, out)
             else:
                 self.writers[i](x, out)
 
 
 def _write_leaf(kind: int, value: Any, out: list[bytes]) -> None:
-    if kind == _W_STRING:
+    if kind == KIND_STRING:
         write_string(value, out)
-    elif kind == _W_UUID:
+    elif kind == KIND_UUID:
         write_uuid(value, out)
-    elif kind == _W_LONG:
+    elif kind == KIND_LONG:
         write_long_value(value, out)
-    elif kind == _W_TIMESTAMP:
+    elif kind == KIND_TIMESTAMP:
         write_timestamp_millis(value, out)
-    elif kind == _W_DOUBLE:
+    elif kind == KIND_DOUBLE:
         write_double(value, out)
-    elif kind == _W_BOOLEAN:
+    elif kind == KIND_BOOLEAN:
         write_boolean(value, out)
-    elif kind == _W_STRINGS:
+    elif kind == KIND_STRINGS:
         write_strings(value, out)
     else:
         write_doubles(value, out)
@@ -353,19 +356,19 @@ def _write_kind(write: Write) -> int:
     """How :class:`RecordWriter` writes a field whose writer is ``write``."""
     if isinstance(write, OptionalWriter):
         inner = _WRITE_KINDS.get(write.inner)
-        return _W_OTHER if inner is None else inner + _W_OPTIONAL
-    return _WRITE_KINDS.get(write, _W_OTHER)
+        return KIND_OTHER if inner is None else inner + KIND_OPTIONAL
+    return _WRITE_KINDS.get(write, KIND_OTHER)
 
 
 _WRITE_KINDS: Final[dict[Any, int]] = {
-    write_string: _W_STRING,
-    write_uuid: _W_UUID,
-    write_long_value: _W_LONG,
-    write_timestamp_millis: _W_TIMESTAMP,
-    write_double: _W_DOUBLE,
-    write_boolean: _W_BOOLEAN,
-    write_strings: _W_STRINGS,
-    write_doubles: _W_DOUBLES,
+    write_string: KIND_STRING,
+    write_uuid: KIND_UUID,
+    write_long_value: KIND_LONG,
+    write_timestamp_millis: KIND_TIMESTAMP,
+    write_double: KIND_DOUBLE,
+    write_boolean: KIND_BOOLEAN,
+    write_strings: KIND_STRINGS,
+    write_doubles: KIND_DOUBLES,
 }
 """The kind of each leaf's writer, by :func:`_write_leaf`."""
 
