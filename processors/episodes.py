@@ -110,7 +110,7 @@ class Episodes:
     ) -> tuple[list[EpisodeBody], list[NewMemory]]:
         """:meth:`apply`, as ``(closed, memories)``; ``name`` is ``str(event.event_id)``,
         when known. The lists returned must not be changed."""
-        if not isinstance(event, InteractionRecorded):
+        if type(event) is not InteractionRecorded:
             return self._other(event)
         fields = event.__dict__  # see processors.build: reading fields
         sid = fields["session_id"]
@@ -141,7 +141,7 @@ class Episodes:
 
     def _other(self, event: Event) -> tuple[list[EpisodeBody], list[NewMemory]]:
         """:meth:`step` for every event but a turn: a tick or a session's end may cut."""
-        if isinstance(event, ClockTicked):
+        if type(event) is ClockTicked:
             if not self.open:
                 return NOTHING
             closed: list[EpisodeBody] = []
@@ -151,7 +151,7 @@ class Episodes:
                     self._close(idle, "idle_gap", closed, memories)
             return closed, memories
         sid = event.session_id
-        if sid is None or not isinstance(event, SessionEnded) or sid not in self.open:
+        if sid is None or type(event) is not SessionEnded or sid not in self.open:
             return NOTHING
         closed, memories = [], []
         self._close(sid, "session_ended", closed, memories)

@@ -917,3 +917,13 @@ def test_working_set_makes_no_long_term_change() -> None:
     memory = AgentMemory.empty(AGENT, MemoryConfig())
     step = memory.apply(log.set("s", task="t", scratchpad="x" * 5000))
     assert [d.type for d in step.derived] == ["working.updated"]
+
+
+def test_every_event_type_is_a_leaf() -> None:
+    """The fold tells events apart by ``type(event) is T`` (processors.working,
+    processors.episodes), which is ``isinstance`` only while no event type has a
+    subclass: an event of a subclass would be taken for no event at all."""
+    from schemas.codec import ALL_TYPES
+
+    assert [t for t in ALL_TYPES if t.__subclasses__()] == []
+    assert len(set(ALL_TYPES)) == len(ALL_TYPES)
