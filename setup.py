@@ -16,6 +16,11 @@ see. mypyc compiles no class that subclasses a Python class (an exception, ``UUI
 as a native one: those carry ``mypyc_attr(native_class=False)`` (hence the runtime
 dependency on ``mypy-extensions``, which the plain sources import too).
 
+One small extension is written in C, ``schemas/_bare.c`` (``BARE``): it builds each
+model and UUID those modules make from its slots in one call, where Python's calls of
+the slots' setters cost more than the rest of the fold (``schemas/bare.py``, which
+holds its Python reference).
+
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.
 
@@ -55,6 +60,9 @@ COMPILED = [
 WIRE = ["schemas/wire.py", "schemas/uuids.py", "schemas/reader.py"]
 """Avro's bytes, the sealed envelope and the models read from them, by hand."""
 
+BARE = "schemas/_bare.c"
+"""The one extension in C: instances built from their slots (see ``schemas/bare.py``)."""
+
 
 METADATA = frozenset({"egg_info", "dist_info"})
 """setuptools' commands that only write the project's metadata."""
@@ -76,7 +84,10 @@ def _extensions() -> list[object]:
         return []
     from mypyc.build import mypycify
 
-    return list(mypycify([*WIRE, *COMPILED], opt_level="3", group_name="processors"))
+    from setuptools import Extension
+
+    compiled = mypycify([*WIRE, *COMPILED], opt_level="3", group_name="processors")
+    return [*compiled, Extension("schemas._bare", [BARE], extra_compile_args=["-O2"])]
 
 
 if __name__ == "__main__":  # as pip's build backend and ``python setup.py`` run it

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar, final
 from mypy_extensions import mypyc_attr
 from pydantic import BaseModel
 
+from schemas.bare import bare
 from schemas.wire import (
     KIND_BOOLEAN,
     KIND_DOUBLE,
@@ -55,34 +56,25 @@ M = TypeVar("M", bound=BaseModel)
 Read = Callable[[bytes, int], tuple[Any, int]]
 """Reads one value at ``data[at:]``: the value and the offset after it."""
 
-_new: Final = object.__new__
 _slots: Final = vars(BaseModel)
-_set_dict: Final = _slots["__dict__"].__set__
-_set_fields: Final = _slots["__pydantic_fields_set__"].__set__
-_set_extra: Final = _slots["__pydantic_extra__"].__set__
-_set_private: Final = _slots["__pydantic_private__"].__set__
+_DICT: Final = _slots["__dict__"]
+_FIELDS: Final = _slots["__pydantic_fields_set__"]
+_EXTRA: Final = _slots["__pydantic_extra__"]
+_PRIVATE: Final = _slots["__pydantic_private__"]
 
 
 def trusted(cls: type[M], values: dict[str, Any], given: set[str]) -> M:
     """An instance of ``cls`` holding ``values`` (every field of ``cls``, in
     declaration order, with the types validation would give), with ``given`` as its
     ``model_fields_set``, not validated (see :mod:`processors.build`)."""
-    model: M = _new(cls)
-    _set_dict(model, values)
-    _set_fields(model, given)
-    _set_extra(model, None)
-    _set_private(model, None)
-    return model
+    return bare(cls, _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
 
 
 def updated(model: M, changes: dict[str, Any]) -> M:
     """``model.model_copy(update=changes)`` for changes valid by construction."""
-    copy: M = _new(type(model))
-    _set_dict(copy, {**model.__dict__, **changes})
-    _set_fields(copy, model.__pydantic_fields_set__ | changes.keys())
-    _set_extra(copy, None)
-    _set_private(copy, None)
-    return copy
+    values = {**model.__dict__, **changes}
+    given = model.__pydantic_fields_set__ | changes.keys()
+    return bare(type(model), _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
 
 
 @mypyc_attr(native_class=False)

@@ -23,9 +23,10 @@ from uuid import UUID, SafeUUID
 
 from mypy_extensions import mypyc_attr
 
-_new: Final = object.__new__
-_set_int: Final = vars(UUID)["int"].__set__
-_set_safe: Final = vars(UUID)["is_safe"].__set__
+from schemas.bare import bare
+
+_INT: Final = vars(UUID)["int"]
+_SAFE: Final = vars(UUID)["is_safe"]
 _UNKNOWN: Final = SafeUUID.unknown
 _CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -54,33 +55,24 @@ class TextUUID(UUID):
         return UUID, (str(self),)
 
 
-_set_text: Final = vars(TextUUID)["_text"].__set__
+_TEXT: Final = vars(TextUUID)["_text"]
+_set_text: Final = _TEXT.__set__
 
 
 def with_text(value: int, text: str) -> UUID:
     """The UUID of the 128-bit ``value`` whose text a reader found to be ``text``
     (``UUID(text).int == value``): a :class:`TextUUID` holding ``text`` when it is
     the canonical form (lowercase, hyphenated), else a plain ``UUID``."""
-    made: UUID
     if _CANONICAL.fullmatch(text):
-        made = _new(TextUUID)
-        _set_text(made, text)
-    else:
-        made = _new(UUID)
-    _set_int(made, value)
-    _set_safe(made, _UNKNOWN)
-    return made
+        return bare(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, text)
+    return bare(UUID, _INT, value, _SAFE, _UNKNOWN)
 
 
 def of_int(value: int) -> TextUUID:
     """The UUID of the 128-bit ``value``; its text is made when it is first asked for
     (what :func:`processors.ids.uuid5_of` makes: the pure fold never asks, the
     worker asks for a derived event's id at least twice)."""
-    made: TextUUID = _new(TextUUID)
-    _set_int(made, value)
-    _set_safe(made, _UNKNOWN)
-    _set_text(made, "")
-    return made
+    return bare(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, "")
 
 
 def canonical(value: int) -> str:
