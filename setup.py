@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 COMPILED = [
     "processors/build.py",
@@ -83,8 +83,6 @@ def _extensions() -> list[object]:
     if os.environ.get("ENGRAM_PURE_PYTHON") == "1" or _metadata_only(sys.argv[1:]):
         return []
     from mypyc.build import mypycify
-
-    from setuptools import Extension
 
     compiled = mypycify([*WIRE, *COMPILED], opt_level="3", group_name="processors")
     return [*compiled, Extension("schemas._bare", [BARE], extra_compile_args=["-O2"])]
