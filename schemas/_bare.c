@@ -60,8 +60,18 @@ bare(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    /* object.__new__(cls): its own checks (an abstract class) */
-    PyObject *made = PyBaseObject_Type.tp_new((PyTypeObject *)cls, no_args, NULL);
+    PyTypeObject *type = (PyTypeObject *)cls;
+    PyObject *made;
+    if (PyType_HasFeature(type, Py_TPFLAGS_IS_ABSTRACT)) {
+        made = PyBaseObject_Type.tp_new(type, no_args, NULL); /* its error, as in Python */
+    }
+    else {
+        /* object.__new__(cls) is its tp_alloc, then (CPython 3.11, 3.12) the laying out
+           of the values of a __dict__ that CPython manages: made into a dict and thrown
+           away when a __dict__ is set, half the cost of a model's bare (no __dict__
+           set, the instance makes its own when first asked, as any other does) */
+        made = type->tp_alloc(type, 0);
+    }
     if (made == NULL) {
         return NULL;
     }

@@ -3,6 +3,7 @@ Python reference does: the same instance, the same errors."""
 
 from __future__ import annotations
 
+import abc
 import copy
 import os
 import pickle
@@ -39,6 +40,17 @@ class Slotted:
 
 class Other:
     __slots__ = ("c",)
+
+
+class Abstract(abc.ABC):
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def answer(self) -> int: ...
+
+
+class Plain:
+    pass
 
 
 class OwnNew:
@@ -122,6 +134,16 @@ def test_a_uuid_built_bare_is_the_uuid(make: Bare) -> None:
 
 
 @pytest.mark.parametrize("make", ROADS)
+def test_an_instance_given_no_dict_makes_its_own(make: Bare) -> None:
+    made = make(Plain)
+    assert type(made) is Plain and vars(made) == {}
+    made.x = 1  # type: ignore[attr-defined]
+    assert vars(made) == {"x": 1}
+    given = make(Plain, vars(Plain)["__dict__"], {"y": 2})
+    assert vars(given) == {"y": 2} and given.y == 2
+
+
+@pytest.mark.parametrize("make", ROADS)
 def test_later_pairs_set_in_order(make: Bare) -> None:
     slots = vars(Slotted)
     made = make(Slotted, slots["a"], 1, slots["b"], 2, slots["a"], 3)
@@ -135,6 +157,7 @@ CASES: list[tuple[str, Callable[[Bare], object], type[Exception], str]] = [
     ("not a type", lambda make: make("Slotted"), TypeError, "cls must be a type, not str"),
     ("built on int", lambda make: make(bool), TypeError, "bool does not make its instances"),
     ("its own __new__", lambda make: make(OwnNew), TypeError, "OwnNew does not make"),
+    ("abstract", lambda make: make(Abstract), TypeError, "Can't instantiate abstract class"),
     ("not a descriptor", lambda make: make(Slotted, "a", 1), TypeError, "argument 1 is a str"),
     ("a function", lambda make: make(Slotted, len, 1), TypeError, "not a data descriptor"),
     (
