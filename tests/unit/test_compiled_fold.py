@@ -78,9 +78,25 @@ def test_only_the_build_itself_compiles(monkeypatch: pytest.MonkeyPatch) -> None
     assert setup._extensions() == []  # type: ignore[attr-defined]
 
 
+def c_source() -> Path:
+    """The C extension's source (``setup.py``'s ``BARE``)."""
+    for node in ast.parse((REPO / "setup.py").read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BARE":
+            return REPO / str(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no BARE")
+
+
+@pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")
+def test_the_c_extension_is_built() -> None:
+    source = c_source()
+    name = str(source.relative_to(REPO).with_suffix("")).replace("/", ".")
+    path = str(importlib.import_module(name).__file__)
+    assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name}: {REBUILD}"
+
+
 def test_no_extension_is_older_than_its_source() -> None:
-    for name in compiled_modules():
-        source = REPO / (name.replace(".", "/") + ".py")
+    sources = [REPO / (name.replace(".", "/") + ".py") for name in compiled_modules()]
+    for source in [*sources, c_source()]:
         for built in source.parent.glob(f"{source.stem}.*.so"):
             assert built.stat().st_mtime >= source.stat().st_mtime, (
                 f"{built.name} is older than {source.name}: {REBUILD}"
