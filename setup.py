@@ -18,8 +18,8 @@ dependency on ``mypy-extensions``, which the plain sources import too).
 
 One small extension is written in C, ``schemas/_bare.c`` (``BARE``): it builds each
 model and UUID those modules make from its slots in one call, where Python's calls of
-the slots' setters cost more than the rest of the fold (``schemas/bare.py``, which
-holds its Python reference).
+the slots' setters cost about a sixth of the fold's instructions (``schemas/bare.py``,
+which holds its Python reference).
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.

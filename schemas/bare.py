@@ -5,10 +5,11 @@ descriptor's ``__set__``, without the class's ``__init__`` or ``__setattr__``.
 trusts (its ``__dict__`` and three of pydantic's slots) and each UUID of
 :mod:`schemas.uuids` (three slots). Calling a descriptor's ``__set__`` from Python
 goes through a bound method-wrapper, an argument tuple and its unpacking: about 600
-instructions a value on CPython 3.11, some 4 000 for one model, more than the fold's
-own work on most events. The C extension ``schemas._bare`` (``setup.py`` builds it
-beside the mypyc extensions) does the same calls without them; :func:`reference` is
-its Python, which runs where the extension is not built (``ENGRAM_PURE_PYTHON=1``).
+instructions a value on CPython 3.11, some 4 000 for one model, of which the fold builds
+about three an event (a sixth of its instructions). The C extension ``schemas._bare``
+(``setup.py`` builds it beside the mypyc extensions) does the same calls without them;
+:func:`reference` is its Python, which runs where the extension is not built
+(``ENGRAM_PURE_PYTHON=1``).
 ``tests/unit/test_bare.py`` holds the two to each other.
 
 The contract (both): ``cls`` is a type whose instances ``object.__new__`` makes (its
