@@ -13,15 +13,16 @@
    setters, the same errors, without a bound method-wrapper, an argument tuple and
    its unpacking for every value (about 600 instructions a value on CPython 3.11).
    schemas/reader.py builds each pydantic model it trusts with it (its __dict__ and
-   three slots), schemas/uuids.py each UUID (three slots); both hold the Python above
-   as their reference, which runs where this extension is not built
-   (ENGRAM_PURE_PYTHON=1), and tests/unit/test_bare.py holds the two to each other.
+   three slots), schemas/uuids.py each UUID (three slots). schemas/bare.py holds the
+   Python above as its reference, which runs where this extension is not built
+   (ENGRAM_PURE_PYTHON=1); tests/unit/test_bare.py holds the two to each other.
 
    Contract: cls is a type whose instances object.__new__ makes (its __new__ is
-   object's, inherited: others are refused); each d is an object whose type sets (tp_descr_set); on
-   any error the half-built instance is released and the error raised. The setters
-   are the descriptors' own, so a read-only slot, a descriptor of an unrelated class
-   or a __dict__ that is not a dict are refused exactly as d.__set__ refuses them. */
+   object's, inherited: others are refused); each d is an object whose type sets
+   (tp_descr_set); on any error the half-built instance is released and the error
+   raised. The setters are the descriptors' own, so a read-only slot, a descriptor of
+   an unrelated class or a __dict__ that is not a dict are refused exactly as
+   d.__set__ refuses them. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
