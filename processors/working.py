@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from processors.build import fields, trusted, updated
@@ -283,7 +284,19 @@ _NOT_CJK = re.compile(f"[^{CJK.pattern[1:-1]}]+")
 
 def estimate_tokens(text: str) -> int:
     """Rough token count: one per CJK character (ideographs, kana, Hangul, their
-    punctuation and full-width forms), one per started 4 other characters."""
+    punctuation and full-width forms: :data:`CJK`), one per started 4 other characters.
+
+    Counted in C where the extension ``processors._text`` is built (one range check a
+    character); :func:`reference_estimate_tokens` is its Python."""
+    if text.isascii():
+        return (len(text) + 3) // 4
+    if _native_tokens is not None:
+        return _native_tokens(text)
+    return reference_estimate_tokens(text)
+
+
+def reference_estimate_tokens(text: str) -> int:
+    """:func:`estimate_tokens` in Python."""
     if text.isascii():
         return (len(text) + 3) // 4
     other = sum(map(len, _NOT_CJK.findall(text)))
@@ -477,3 +490,10 @@ class WorkingMemory:
 
     def state(self) -> list[SessionState]:
         return [s.state() for s in self.sessions.values()]
+
+
+_native_tokens: Callable[[str], int] | None
+try:
+    from processors._text import estimate_tokens as _native_tokens
+except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
+    _native_tokens = None

@@ -78,25 +78,33 @@ def test_only_the_build_itself_compiles(monkeypatch: pytest.MonkeyPatch) -> None
     assert setup._extensions() == []  # type: ignore[attr-defined]
 
 
-def c_source() -> Path:
-    """The C extension's source (``setup.py``'s ``BARE``)."""
+def c_sources() -> dict[str, Path]:
+    """The C extensions' sources by module (``setup.py``'s ``NATIVE``)."""
     for node in ast.parse((REPO / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BARE":
-            return REPO / str(ast.literal_eval(node.value))
-    raise AssertionError("setup.py has no BARE")
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "NATIVE":
+            native: dict[str, str] = ast.literal_eval(node.value)
+            return {name: REPO / path for name, path in native.items()}
+    raise AssertionError("setup.py has no NATIVE")
+
+
+def test_setup_builds_the_c_extensions() -> None:
+    sources = c_sources()
+    assert set(sources) == {"schemas._bare", "processors._text"}
+    for name, source in sources.items():
+        assert source.is_file(), source
+        assert name == str(source.relative_to(REPO).with_suffix("")).replace("/", ".")
 
 
 @pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")
-def test_the_c_extension_is_built() -> None:
-    source = c_source()
-    name = str(source.relative_to(REPO).with_suffix("")).replace("/", ".")
+@pytest.mark.parametrize("name", ["schemas._bare", "processors._text"])
+def test_the_c_extension_is_built(name: str) -> None:
     path = str(importlib.import_module(name).__file__)
     assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name}: {REBUILD}"
 
 
 def test_no_extension_is_older_than_its_source() -> None:
     sources = [REPO / (name.replace(".", "/") + ".py") for name in compiled_modules()]
-    for source in [*sources, c_source()]:
+    for source in [*sources, *c_sources().values()]:
         for built in source.parent.glob(f"{source.stem}.*.so"):
             assert built.stat().st_mtime >= source.stat().st_mtime, (
                 f"{built.name} is older than {source.name}: {REBUILD}"

@@ -1,0 +1,238 @@
+/* processors._text: what the fold reads in every text, in one pass each, in C.
+
+   1. A text's sentences and the gaps between them (processors/sentences.py).
+
+   sentences_and_gaps(text) gives what processors/sentences.py's reference_sentences_and_gaps
+   gives: (sentences, gaps), where the sentences are the stripped, non-empty pieces of
+   text cut after each sentence end, and gaps[i] is the text between sentence i - 1 (or
+   the start) and sentence i, whitespace only. split_sentences(text) gives the
+   sentences alone. The reference does it with a regex split and a list operation a
+   piece; on the scorer's and the summariser's long texts that was about 70
+   instructions a character (callgrind, the rich workload), here it is one predicate a
+   character and one substring a sentence and a gap.
+
+   A sentence ends (the character is the last of its piece) at:
+   - one of 。！？；!?… not followed by another of those or by a closing quote or
+     bracket (」』”’"')）]), or followed by nothing;
+   - a full stop followed by whitespace (Py_UNICODE_ISSPACE: what the regex's \s and
+     str.strip see);
+   - a line break.
+
+   2. A text's estimated tokens (processors/working.py, estimate_tokens): one per
+   character of working.CJK, one per started 4 others. The reference counts the
+   others with a regex (about 30 instructions a character on long mixed texts).
+
+   tests/unit/test_text_native.py holds each function to its Python reference: the
+   sentences on drawn texts of every character class that matters and on any text,
+   the tokens on every code point. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static int
+is_mark(Py_UCS4 c)
+{
+    switch (c) {
+    case 0x3002: /* 。 */
+    case 0xFF01: /* ！ */
+    case 0xFF1F: /* ？ */
+    case 0xFF1B: /* ； */
+    case '!':
+    case '?':
+    case 0x2026: /* … */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int
+holds_the_end(Py_UCS4 c)
+{
+    /* a mark followed by one of these does not end its sentence there */
+    if (is_mark(c))
+        return 1;
+    switch (c) {
+    case 0x300D: /* 」 */
+    case 0x300F: /* 』 */
+    case 0x201D: /* ” */
+    case 0x2019: /* ’ */
+    case '"':
+    case '\'':
+    case ')':
+    case 0xFF09: /* ） */
+    case ']':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Append text[start:end] to list; 0 on success, -1 with an exception set. */
+static int
+append_slice(PyObject *list, PyObject *text, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *piece = PyUnicode_Substring(text, start, end);
+    if (piece == NULL)
+        return -1;
+    int failed = PyList_Append(list, piece);
+    Py_DECREF(piece);
+    return failed;
+}
+
+/* The sentences of text into sentences, and (when gaps is not NULL) the gaps before
+   them into gaps. 0 on success, -1 with an exception set. */
+static int
+split(PyObject *text, PyObject *sentences, PyObject *gaps)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0)
+        return -1;
+#endif
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t start = 0;     /* where the current piece begins */
+    Py_ssize_t previous = 0;  /* where the last sentence ended (its gap's start) */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int ends;
+        if (c == '\n')
+            ends = 1;
+        else if (c == '.')
+            ends = i + 1 < n && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i + 1));
+        else if (is_mark(c))
+            ends = i + 1 == n || !holds_the_end(PyUnicode_READ(kind, data, i + 1));
+        else
+            continue;
+        if (!ends)
+            continue;
+        Py_ssize_t first = start, last = i + 1;
+        while (first < last && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, first)))
+            first++;
+        while (last > first && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, last - 1)))
+            last--;
+        if (first < last) {
+            if (gaps != NULL && append_slice(gaps, text, previous, first) < 0)
+                return -1;
+            if (append_slice(sentences, text, first, last) < 0)
+                return -1;
+            previous = last;
+        }
+        start = i + 1;
+    }
+    Py_ssize_t first = start, last = n;
+    while (first < last && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, first)))
+        first++;
+    while (last > first && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, last - 1)))
+        last--;
+    if (first < last) {
+        if (gaps != NULL && append_slice(gaps, text, previous, first) < 0)
+            return -1;
+        if (append_slice(sentences, text, first, last) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+split_sentences(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "split_sentences() takes a str, not %.200s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    PyObject *sentences = PyList_New(0);
+    if (sentences == NULL)
+        return NULL;
+    if (split(text, sentences, NULL) < 0) {
+        Py_DECREF(sentences);
+        return NULL;
+    }
+    return sentences;
+}
+
+static PyObject *
+sentences_and_gaps(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "sentences_and_gaps() takes a str, not %.200s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+    PyObject *sentences = PyList_New(0);
+    PyObject *gaps = PyList_New(0);
+    if (sentences == NULL || gaps == NULL || split(text, sentences, gaps) < 0) {
+        Py_XDECREF(sentences);
+        Py_XDECREF(gaps);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", sentences, gaps);
+}
+
+/* Whether c is in working.CJK's class (the ranges below, in its order). */
+static int
+is_wide(Py_UCS4 c)
+{
+    return (c >= 0x1100 && c <= 0x11FF)      /* Hangul jamo */
+           || (c >= 0x2E80 && c <= 0x2FDF)   /* CJK radicals, Kangxi radicals */
+           || (c >= 0x3000 && c <= 0x9FFF)   /* CJK punctuation, kana, ..., ideographs */
+           || (c >= 0xAC00 && c <= 0xD7AF)   /* Hangul syllables */
+           || (c >= 0xF900 && c <= 0xFAFF)   /* CJK compatibility ideographs */
+           || (c >= 0xFF00 && c <= 0xFFEF)   /* full-width and half-width forms */
+           || (c >= 0x20000 && c <= 0x3134F); /* CJK extensions B-H */
+}
+
+static PyObject *
+estimate_tokens(PyObject *module, PyObject *text)
+{
+    (void)module;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "estimate_tokens() takes a str, not %.200s",
+                     Py_TYPE(text)->tp_name);
+        return NULL;
+    }
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(text) < 0)
+        return NULL;
+#endif
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    Py_ssize_t wide = 0;
+    int kind = PyUnicode_KIND(text);
+    if (kind != PyUnicode_1BYTE_KIND) { /* every character of working.CJK is above 0xFF */
+        const void *data = PyUnicode_DATA(text);
+        for (Py_ssize_t i = 0; i < n; i++)
+            wide += is_wide(PyUnicode_READ(kind, data, i));
+    }
+    Py_ssize_t other = n - wide;
+    return PyLong_FromSsize_t(wide + (other + 3) / 4);
+}
+
+static PyMethodDef methods[] = {
+    {"split_sentences", split_sentences, METH_O,
+     "split_sentences(text) -> list[str]: the stripped, non-empty sentences of text."},
+    {"sentences_and_gaps", sentences_and_gaps, METH_O,
+     "sentences_and_gaps(text) -> (sentences, gaps): gaps[i] is the whitespace before "
+     "sentence i, after the one before it."},
+    {"estimate_tokens", estimate_tokens, METH_O,
+     "estimate_tokens(text) -> int: one token per CJK character, one per started 4 others."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "processors._text",
+    "What the fold reads in every text, in C: sentences (processors/sentences.py), "
+    "estimated tokens (processors/working.py).",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC
+PyInit__text(void)
+{
+    return PyModule_Create(&module_def);
+}
