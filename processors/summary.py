@@ -11,10 +11,8 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect
-from collections import Counter
 from collections.abc import Sequence
-from itertools import chain, compress, pairwise
-from typing import NamedTuple
+from itertools import compress, pairwise
 
 from processors.memo import Memo
 from processors.scoring import CJK, DEFAULT_PARAMS, score_text, tokenize
@@ -50,14 +48,29 @@ STOPWORDS = _ENGLISH_STOPWORDS | frozenset(
 bigram is ignored too when either of its characters is one of these."""
 
 
-class _Sentence(NamedTuple):
-    position: int
-    text: str
-    terms: frozenset[str]
-    opens_wide: bool
-    """Whether the text starts with a wide character (see :func:`_join`)."""
-    closes_wide: bool
-    """Whether it ends with one."""
+class _Sentence:
+    """A sentence of an episode: where it is said, its text, terms and wide ends.
+
+    A class of its own, not a named tuple: compiled, it is made and read natively
+    (a named tuple's ``__new__`` is Python, its fields read by name)."""
+
+    __slots__ = ("closes_wide", "opens_wide", "position", "terms", "text")
+
+    def __init__(
+        self, position: int, text: str, terms: frozenset[str], opens_wide: bool, closes_wide: bool
+    ) -> None:
+        self.position = position
+        self.text = text
+        self.terms = terms
+        self.opens_wide = opens_wide
+        """Whether the text starts with a wide character (see :func:`_join`)."""
+        self.closes_wide = closes_wide
+        """Whether it ends with one."""
+
+
+def _sentence(position: int, piece: _Piece) -> _Sentence:
+    """The sentence ``piece`` said at ``position``."""
+    return _Sentence(position, piece[0], piece[1], piece[2], piece[3])
 
 
 def summarise(
@@ -91,12 +104,12 @@ def summarise(
     # only first sayings can be chosen, but for a near fit (see _select)
     texts = [pieces[i][0] for i in positions]
     first = dict(zip(reversed(texts), reversed(positions), strict=True))
-    firsts = [_Sentence(i, *pieces[i]) for i in sorted(first.values())]
+    firsts = [_sentence(i, pieces[i]) for i in sorted(first.values())]
     ranked = _ranked(firsts, params, count)
     redundancy = params.summary_redundancy
     chosen = _select(ranked, max_chars, redundancy, near_fits=len(first) < len(texts))
     if chosen is None:  # a first saying did not fit only by its gaps: read every saying
-        ranked = _ranked([_Sentence(i, *pieces[i]) for i in positions], params, count)
+        ranked = _ranked([_sentence(i, pieces[i]) for i in positions], params, count)
         chosen = _select(ranked, max_chars, redundancy)
     if not chosen:
         return _truncate(ranked[0].text, max_chars)
@@ -119,7 +132,7 @@ def _ranked(sentences: list[_Sentence], params: ScoringParams, count: int) -> li
 def _sentences(turns: Sequence[tuple[str, str]]) -> list[_Sentence]:
     """Every sentence of every turn, numbered; contentless ones only if all are."""
     pieces = [piece for _, content in turns for piece in _pieces(content)]
-    return [_Sentence(i, *pieces[i]) for i in _counted(pieces)] if pieces else []
+    return [_sentence(i, pieces[i]) for i in _counted(pieces)] if pieces else []
 
 
 _Piece = tuple[str, frozenset[str], bool, bool]
@@ -167,8 +180,11 @@ def _scores(
     count (by default, up to the last of ``sentences``): positions are scored against
     it. Each distinct text is scored once."""
     distinct = {s.text: s.terms for s in sentences}  # a repeated sentence is not a topic
-    frequency = Counter(chain.from_iterable(distinct.values()))
-    logs = {term: math.log(count) for term, count in frequency.items()}
+    frequency: dict[str, int] = {}
+    for terms in distinct.values():
+        for term in terms:
+            frequency[term] = frequency.get(term, 0) + 1
+    logs = {term: _log(count) for term, count in frequency.items()}
     tf = {text: _tf(terms, logs) for text, terms in distinct.items()}
     top = max(tf.values()) or 1.0
     if count is None:
@@ -185,6 +201,15 @@ def _scores(
         s.position: topical[s.text] + placed * (1 - s.position / count) + weighty[s.text]
         for s in sentences
     }
+
+
+_LOGS = (0.0, *(math.log(count) for count in range(1, 1024)))
+"""``math.log(count)`` of the frequencies below 1 024 (index 0 is never read)."""
+
+
+def _log(count: int) -> float:
+    """``math.log(count)``, ``count`` ≥ 1: read from :data:`_LOGS` when it holds it."""
+    return _LOGS[count] if count < 1024 else math.log(count)
 
 
 def _tf(terms: frozenset[str], logs: dict[str, float]) -> float:
