@@ -428,55 +428,60 @@ Analysis = tuple[Scores, tuple[str, ...]]
 """What :func:`analysis` finds in a text: its estimated scores and its entities."""
 
 
-class _Part(NamedTuple):
+class _Part:
     """What the scorer reads in one sentence, or in a whole text read at once: the
     parts of a text's sentences add up to the text's :func:`analysis` (:func:`_total`),
-    when the sentences can be read apart (:func:`_adds_up`, from the last four fields)."""
+    when the sentences can be read apart (:func:`_adds_up`, from the last four fields).
 
-    norm: str
-    """The sentence, :func:`normalise`-d."""
-    words: int
-    """Its words (:data:`_WORD`)."""
-    cjk: int
-    """Its CJK characters."""
-    bangs: int
-    """Its exclamation marks."""
-    asks: bool
-    """Whether it holds a question mark or 吗."""
-    felt: tuple[float, ...]
-    """weight · :func:`_modifier` of each polarity cue, in text order."""
-    marked: frozenset[str]
-    """Its distinct importance markers."""
-    hedged: frozenset[str]
-    """Its distinct confidence cues."""
-    entities: tuple[str, ...]
-    """:func:`extract_entities` of the sentence (of its own characters, not normalised)."""
-    ends: bool
-    """Whether another sentence may follow it (see :func:`_ends`)."""
-    follows: bool
-    """Whether it may follow another sentence (see :func:`_follows`)."""
-    lead: int
-    """How many opening quotes and brackets come before its first word."""
-    stable: bool
-    """Whether NFKC leaves a boundary before its first character (:data:`_STABLE`)."""
+    A class of its own, not a named tuple: compiled, it is made and read natively."""
 
+    __slots__ = (
+        "asks", "bangs", "cjk", "ends", "entities", "felt", "follows", "hedged", "lead",
+        "marked", "norm", "stable", "words",
+    )  # fmt: skip
 
-class _Parts(NamedTuple):
-    """The parts of a text's sentences, field by field (``zip(*parts)``)."""
-
-    norm: tuple[str, ...]
-    words: tuple[int, ...]
-    cjk: tuple[int, ...]
-    bangs: tuple[int, ...]
-    asks: tuple[bool, ...]
-    felt: tuple[tuple[float, ...], ...]
-    marked: tuple[frozenset[str], ...]
-    hedged: tuple[frozenset[str], ...]
-    entities: tuple[tuple[str, ...], ...]
-    ends: tuple[bool, ...]
-    follows: tuple[bool, ...]
-    lead: tuple[int, ...]
-    stable: tuple[bool, ...]
+    def __init__(
+        self,
+        norm: str,
+        words: int,
+        cjk: int,
+        bangs: int,
+        asks: bool,
+        felt: tuple[float, ...],
+        marked: frozenset[str],
+        hedged: frozenset[str],
+        entities: tuple[str, ...],
+        ends: bool,
+        follows: bool,
+        lead: int,
+        stable: bool,
+    ) -> None:
+        self.norm = norm
+        """The sentence, :func:`normalise`-d."""
+        self.words = words
+        """Its words (:data:`_WORD`)."""
+        self.cjk = cjk
+        """Its CJK characters."""
+        self.bangs = bangs
+        """Its exclamation marks."""
+        self.asks = asks
+        """Whether it holds a question mark or 吗."""
+        self.felt = felt
+        """weight · :func:`_modifier` of each polarity cue, in text order."""
+        self.marked = marked
+        """Its distinct importance markers."""
+        self.hedged = hedged
+        """Its distinct confidence cues."""
+        self.entities = entities
+        """:func:`extract_entities` of the sentence (of its own characters, not normalised)."""
+        self.ends = ends
+        """Whether another sentence may follow it (see :func:`_ends`)."""
+        self.follows = follows
+        """Whether it may follow another sentence (see :func:`_follows`)."""
+        self.lead = lead
+        """How many opening quotes and brackets come before its first word."""
+        self.stable = stable
+        """Whether NFKC leaves a boundary before its first character (:data:`_STABLE`)."""
 
 
 class _Memo(NamedTuple):
@@ -535,8 +540,7 @@ def _read(text: str, params: ScoringParams, memo: Memo[_Part]) -> _Part:
         if len(sentences) == 1 and not gaps[0] and text.endswith(sentences[0]):
             return _sentence_part(text, params, memo)  # the text is its one sentence
         if sentences:
-            read = [_sentence_part(sentence, params, memo) for sentence in sentences]
-            parts = _Parts(*zip(*read, strict=True))
+            parts = [_sentence_part(sentence, params, memo) for sentence in sentences]
             if _adds_up(text, parts, gaps):
                 return _total(parts)
     return _part(text, normalise(text), params)
@@ -598,7 +602,7 @@ def _finish(part: _Part, params: ScoringParams) -> Analysis:
     return scores, part.entities
 
 
-def _total(parts: _Parts) -> _Part:
+def _total(parts: list[_Part]) -> _Part:
     """The reading of the text made of ``parts`` (its ``norm`` and the last four fields
     left out): what reading the text at once finds, in the same order. The polarities
     follow each other (their sum, ``reduce(add, ...)``, is then the same floating-point
@@ -606,21 +610,24 @@ def _total(parts: _Parts) -> _Part:
     the parts' (their weights are summed by ``math.fsum``: any order gives the same);
     counts add up; the entities are the first ten distinct (case-folded) of the parts,
     in order."""
+    words = cjk = bangs = 0
+    asks = False
+    felt: list[float] = []
+    marked: set[str] = set()
+    hedged: set[str] = set()
+    for part in parts:
+        words += part.words
+        cjk += part.cjk
+        bangs += part.bangs
+        asks = asks or part.asks
+        felt.extend(part.felt)
+        marked.update(part.marked)
+        hedged.update(part.hedged)
+    entities = _first_entities([part.entities for part in parts])
     return _Part(
-        "",
-        sum(parts.words),
-        sum(parts.cjk),
-        sum(parts.bangs),
-        any(parts.asks),
-        tuple(chain.from_iterable(parts.felt)),
-        _NONE.union(*parts.marked),
-        _NONE.union(*parts.hedged),
-        _first_entities(parts.entities),
-        False,
-        False,
-        0,
-        False,
-    )
+        "", words, cjk, bangs, asks, tuple(felt), frozenset(marked), frozenset(hedged), entities,
+        False, False, 0, False,
+    )  # fmt: skip
 
 
 def _first_entities(entities: Sequence[tuple[str, ...]], limit: int = 10) -> tuple[str, ...]:
@@ -688,7 +695,7 @@ def _follows(sentence: str, norm: str) -> bool:
     return bool(norm) and _DIGIT.match(sentence) is None
 
 
-def _adds_up(text: str, parts: _Parts, gaps: list[str]) -> bool:
+def _adds_up(text: str, parts: list[_Part], gaps: list[str]) -> bool:
     """Whether the parts of the sentences of ``text`` (``gaps``: see
     :func:`~processors.sentences.sentences_and_gaps`) add up to reading it at once.
 
@@ -697,15 +704,21 @@ def _adds_up(text: str, parts: _Parts, gaps: list[str]) -> bool:
     short enough that :func:`_starts_sentence` sees across it and across the opening
     quotes of the sentence after it. The scores: see :func:`_joined`.
     """
-    if not (all(parts.ends[:-1]) and all(parts.follows[1:]) and parts.norm[-1]):
+    last = len(parts) - 1
+    for at, part in enumerate(parts):
+        if (at < last and not part.ends) or (at and not part.follows):
+            return False
+    if not parts[last].norm:
         return False
     spaces = "".join(gaps)
-    if spaces.strip(" \t\n") or max(map(add, map(len, gaps), parts.lead)) > _GAP_ROOM:
+    if spaces.strip(" \t\n"):
+        return False
+    if max([len(gap) + part.lead for gap, part in zip(gaps, parts, strict=True)]) > _GAP_ROOM:
         return False
     return _joined(text, parts, gaps)
 
 
-def _joined(text: str, parts: _Parts, gaps: list[str]) -> bool:
+def _joined(text: str, parts: list[_Part], gaps: list[str]) -> bool:
     """Whether ``normalise(text)`` is the parts' ``norm`` joined by their gaps (a space
     for whitespace, nothing for none).
 
@@ -718,11 +731,11 @@ def _joined(text: str, parts: _Parts, gaps: list[str]) -> bool:
     sentence's first character normalises to no space, nor does its last (a clause
     end).
     """
-    if text.isascii() or all(parts.stable):
+    if text.isascii() or all([part.stable for part in parts]):
         return True
-    pieces = [parts.norm[0]]
-    for gap, norm in zip(gaps[1:], parts.norm[1:], strict=True):
-        pieces += (" " if gap else "", norm)
+    pieces = [parts[0].norm]
+    for gap, part in zip(gaps[1:], parts[1:], strict=True):
+        pieces += (" " if gap else "", part.norm)
     return normalise(text) == "".join(pieces)
 
 

@@ -33,7 +33,6 @@ from processors.scoring import (
     _matches,
     _modifier,
     _part,
-    _Parts,
     analyse,
     analyse_turn,
     analysis,
@@ -289,7 +288,7 @@ def _adds_up_for(text: str, params: ScoringParams = DEFAULT_PARAMS) -> bool:
     """Whether ``text`` is read sentence by sentence."""
     sentences, gaps = sentences_and_gaps(text)
     parts = [_part(sentence, normalise(sentence), params) for sentence in sentences]
-    return _adds_up(text, _Parts(*zip(*parts, strict=True)), gaps)
+    return _adds_up(text, parts, gaps)
 
 
 def test_texts_are_read_by_sentences() -> None:
