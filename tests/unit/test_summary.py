@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -14,6 +15,7 @@ from processors.state import ScoringParams
 from processors.summary import (
     _WIDE,
     SUMMARISER_NAME,
+    _log,
     _scores,
     _select,
     _Sentence,
@@ -338,3 +340,8 @@ def test_a_near_fit_reads_every_saying() -> None:
     summary = summarise(turns, max_chars=24)
     assert summary == "我对花生过敏。记住京都！ Kyoto trip."
     assert summary == _summarise_as_first_written(turns, 24, DEFAULT_PARAMS)
+
+
+def test_the_logs_of_frequencies_are_math_log() -> None:
+    """The table of logs gives ``math.log``'s very floats, below it and above it."""
+    assert all(_log(count) == math.log(count) for count in range(1, 3000))
