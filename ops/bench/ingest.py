@@ -17,6 +17,8 @@ path before sealing: clear events straight to ``engram.events``, no ingest hop.
 ``--seal`` runs ``sealed`` only, ``--no-seal`` ``clear`` only; the default runs
 ``sealed,clear`` (``--repeat N`` rounds, alternated) and reports the overhead of the
 medians. Also the seal and open rates of one process.
+
+``--texts rich`` draws a text for each event (:data:`TEXTS`); the default repeats one.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import statistics
 import time
@@ -43,6 +46,7 @@ from ops.bench.common import (
     start_stack,
     wait_embedded,
 )
+from ops.bench.processors import rich_text
 from schemas import Codec, InteractionBody, InteractionRecorded
 from schemas.sealed import SealingCodec, subject_of
 from sinks.keys import KeyBook
@@ -57,8 +61,21 @@ CHUNK = 5_000
 """Records the bench hands its producer at a time."""
 
 
-def make_events(n: int, agents: int) -> list[InteractionRecorded]:
-    """``n`` interaction events spread over ``agents`` agents, a millisecond apart."""
+TEXTS = ("repeated", "rich")
+"""What the events say: ``repeated``, :data:`CONTENT` every time (the scorer and the
+summariser answer from their memos after the first); ``rich``, a text drawn for each
+event (seeded) as the processors bench's rich workload draws its turns
+(:func:`ops.bench.processors.rich_text`: one to four of 38 English and Chinese
+sentences, now and then a long text), so the fold reads most texts anew (a one-sentence
+text recurs)."""
+
+
+def make_events(n: int, agents: int, texts: str = "repeated") -> list[InteractionRecorded]:
+    """``n`` interaction events spread over ``agents`` agents, a millisecond apart,
+    saying what ``texts`` (:data:`TEXTS`) says."""
+    if texts not in TEXTS:
+        raise ValueError(f"texts must be one of {TEXTS}, not {texts!r}")
+    rng = random.Random(0)
     start = datetime(2026, 11, 1, tzinfo=UTC)
     return [
         InteractionRecorded(
@@ -67,16 +84,19 @@ def make_events(n: int, agents: int) -> list[InteractionRecorded]:
             session_id=f"bench-agent-{i % agents:04d}-s{i // (agents * 50)}",
             user_id=f"user-{i % agents:04d}",
             occurred_at=start + timedelta(milliseconds=i),
-            body=InteractionBody(role="user" if i % 2 else "assistant", content=CONTENT),
+            body=InteractionBody(
+                role="user" if i % 2 else "assistant",
+                content=CONTENT if texts == "repeated" else rich_text(rng),
+            ),
         )
         for i in range(n)
     ]
 
 
-def make_payloads(n: int, agents: int) -> list[tuple[bytes, bytes]]:
+def make_payloads(n: int, agents: int, texts: str = "repeated") -> list[tuple[bytes, bytes]]:
     """(key, Avro bytes) of :func:`make_events`."""
     codec = Codec()
-    return [(e.agent_id.encode(), codec.encode(e)) for e in make_events(n, agents)]
+    return [(e.agent_id.encode(), codec.encode(e)) for e in make_events(n, agents, texts)]
 
 
 MODES: dict[str, tuple[str, dict[str, str]]] = {
@@ -204,9 +224,14 @@ def cpu_processes(stack: BenchStack) -> dict[str, int]:
 
 
 def run(
-    n: int, agents: int, timeout: float, mode: str = "direct", timeline: bool = False
+    n: int,
+    agents: int,
+    timeout: float,
+    mode: str = "direct",
+    timeline: bool = False,
+    texts: str = "repeated",
 ) -> dict[str, object]:
-    payloads = make_payloads(n, agents)
+    payloads = make_payloads(n, agents, texts)
     avg_bytes = sum(len(v) for _, v in payloads) / n
     topic, env = mode_of(mode)
     stack = start_stack(None, 120.0, **env)
@@ -239,6 +264,7 @@ def run(
         stack.stop()
     return {
         "mode": mode,
+        "texts": texts,
         "events": n,
         "agents": agents,
         "avg_event_bytes": round(avg_bytes),
@@ -289,6 +315,13 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the modes, alternated")
     parser.add_argument(
+        "--texts",
+        choices=TEXTS,
+        default="repeated",
+        help="repeated: one text every time (the default, as before); rich: a text drawn"
+        " for each event, as the processors bench's rich workload draws its turns",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="add each run's polls after the publish: [seconds, events in ClickHouse,"
@@ -300,7 +333,7 @@ def main() -> None:
     else:
         modes = {True: ["sealed"], False: ["clear"], None: ["sealed", "clear"]}[args.seal]
     runs = [
-        run(args.events, args.agents, args.timeout, m, args.timeline)
+        run(args.events, args.agents, args.timeout, m, args.timeline, args.texts)
         for _ in range(args.repeat)
         for m in modes
     ]
@@ -309,7 +342,7 @@ def main() -> None:
     summary["median_per_s"] = rates
     if "sealed" in rates and "clear" in rates:
         summary["sealing_overhead"] = round(1 - rates["sealed"] / rates["clear"], 4)
-    seal_per_s, open_per_s = seal_rates(make_payloads(20_000, args.agents))
+    seal_per_s, open_per_s = seal_rates(make_payloads(20_000, args.agents, args.texts))
     summary["seal_per_s"], summary["open_per_s"] = round(seal_per_s), round(open_per_s)
     print(json.dumps(summary, indent=2))
 

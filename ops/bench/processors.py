@@ -165,7 +165,7 @@ PERSONA_FIELDS: tuple[dict[str, Any], ...] = (
 )
 
 
-def _text(rng: random.Random) -> str:
+def rich_text(rng: random.Random) -> str:
     """One to four sentences, English, Chinese or mixed; now and then a long one."""
     roll = rng.random()
     if roll < 0.005:  # longer than the whole token budget
@@ -258,7 +258,7 @@ class _AgentSim:
             tool = rng.choice(TOOLS)
             call = f"c{self.counter}-{rng.randint(0, 99)}"
             self.calls.append((tool, call, sid))
-            args = json.dumps({"q": _text(rng)[:80]})
+            args = json.dumps({"q": rich_text(rng)[:80]})
             return ToolCalled(
                 **self._common(sid), body={"call_id": call, "tool": tool, "arguments": args}
             )
@@ -268,7 +268,7 @@ class _AgentSim:
             else:
                 tool, call, sid = rng.choice(TOOLS), f"orphan{self.counter}", self._session()
             big = rng.random() < 0.3
-            content = " ".join(_text(rng) for _ in range(30 if big else 1))
+            content = " ".join(rich_text(rng) for _ in range(30 if big else 1))
             body = {"call_id": call, "tool": tool, "ok": rng.random() < 0.8, "content": content}
             return ToolResult(**self._common(sid), body=body)
         if roll < 0.28:
@@ -315,7 +315,7 @@ class _AgentSim:
             body["variables"] = {k: rng.choice(("Kyoto", "3", "中文", None)) for k in keys}
         if rng.random() < 0.4:
             size = rng.choice((1, 1, 40, 0))
-            body["scratchpad"] = " ".join(_text(rng) for _ in range(size))
+            body["scratchpad"] = " ".join(rich_text(rng) for _ in range(size))
         return body
 
     def _maybe_session(self) -> str | None:
@@ -326,7 +326,7 @@ class _AgentSim:
         sid = None if rng.random() < 0.02 else self._session()
         body: dict[str, Any] = {
             "role": rng.choice(("user", "assistant", "user", "system")),
-            "content": _text(rng),
+            "content": rich_text(rng),
         }
         roll = rng.random()
         if roll < 0.04:  # a flashbulb moment, as the agent scored it
