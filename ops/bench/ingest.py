@@ -6,7 +6,8 @@ aiokafka consume rate (the physical floor of reading the log) and the codec's
 decode rate. Run: ``python -m ops.bench.ingest --events 100000``. After that figure,
 ``embedded_s``: until every memory the events made has its embedding (the vectors'
 side, which the end-to-end time does not include), with the CPU each process used
-until then.
+until then; ``--no-vectors`` skips that wait (the raw consume reference is then read
+while the embedding child may still be at work).
 
 Sealing (issue 7): each mode runs on a fresh stack, one after the other in the same run.
 ``sealed`` publishes clear events to ``engram.ingest`` as a client without a master
@@ -230,6 +231,7 @@ def run(
     mode: str = "direct",
     timeline: bool = False,
     texts: str = "repeated",
+    vectors: bool = True,
 ) -> dict[str, object]:
     payloads = make_payloads(n, agents, texts)
     avg_bytes = sum(len(v) for _, v in payloads) / n
@@ -251,7 +253,7 @@ def run(
         load = os.getloadavg()[0]  # beside the figures: the machine is shared
         # the vectors' side, which end_to_end_s does not wait for: until every memory
         # made has its embedding (the topic is read once a second meanwhile)
-        embedded = elapsed + wait_embedded(bootstrap, timeout)
+        embedded = elapsed + wait_embedded(bootstrap, timeout) if vectors else None
         cpu_embedded = {
             name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()
         }
@@ -276,11 +278,17 @@ def run(
         "ratio_to_raw_consume": round((n / elapsed) / (n / consume_s), 4),
         "decode_per_s": round(decode_rate(payloads)),
         "cpu_us_per_event": {name: round(seconds / n * 1e6, 1) for name, seconds in cpu.items()},
-        "embedded_s": round(embedded, 2),
-        "embedded_per_s": round(n / embedded),
-        "cpu_us_per_event_until_embedded": {
-            name: round(seconds / n * 1e6, 1) for name, seconds in cpu_embedded.items()
-        },
+        **(
+            {
+                "embedded_s": round(embedded, 2),
+                "embedded_per_s": round(n / embedded),
+                "cpu_us_per_event_until_embedded": {
+                    name: round(seconds / n * 1e6, 1) for name, seconds in cpu_embedded.items()
+                },
+            }
+            if embedded is not None
+            else {}
+        ),
         "load_average_1m": round(load, 2),
         "worker_peak_rss_mib": round(rss),
         "embedding_child_peak_rss_mib": round(embedder_rss) if embedders else None,
@@ -327,13 +335,20 @@ def main() -> None:
         help="add each run's polls after the publish: [seconds, events in ClickHouse,"
         " worker CPU seconds], to see where in the run the time goes",
     )
+    parser.add_argument(
+        "--vectors",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the end-to-end figure, wait until every memory has its embedding"
+        " (embedded_s; the default); --no-vectors stops the stack at the end-to-end figure",
+    )
     args = parser.parse_args()
     if args.modes:
         modes = args.modes.split(",")
     else:
         modes = {True: ["sealed"], False: ["clear"], None: ["sealed", "clear"]}[args.seal]
     runs = [
-        run(args.events, args.agents, args.timeout, m, args.timeline, args.texts)
+        run(args.events, args.agents, args.timeout, m, args.timeline, args.texts, args.vectors)
         for _ in range(args.repeat)
         for m in modes
     ]
