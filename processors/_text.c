@@ -2,14 +2,14 @@
 
    1. A text's sentences and the gaps between them (processors/sentences.py).
 
-   sentences_and_gaps(text) gives what processors/sentences.py's reference_sentences_and_gaps
-   gives: (sentences, gaps), where the sentences are the stripped, non-empty pieces of
-   text cut after each sentence end, and gaps[i] is the text between sentence i - 1 (or
-   the start) and sentence i, whitespace only. split_sentences(text) gives the
+   sentences_and_gaps(text) gives what reference_sentences_and_gaps gives
+   (processors/sentences.py): (sentences, gaps), where the sentences are the
+   stripped, non-empty pieces of text cut after each sentence end, and gaps[i] is the
+   text between sentence i - 1 (or the start) and sentence i, whitespace only. split_sentences(text) gives the
    sentences alone. The reference does it with a regex split and a list operation a
-   piece; on the scorer's and the summariser's long texts that was about 70
-   instructions a character (callgrind, the rich workload), here it is one predicate a
-   character and one substring a sentence and a gap.
+   piece; here it is one predicate a character and one substring a sentence and a
+   gap. Callgrind, 10 000 events of the processors bench's rich workload: the two
+   functions took 380 M instructions compiled by mypyc, 78 M in C.
 
    A sentence ends (the character is the last of its piece) at:
    - one of 。！？；!?… not followed by another of those or by a closing quote or
@@ -20,7 +20,7 @@
 
    2. A text's estimated tokens (processors/working.py, estimate_tokens): one per
    character of working.CJK, one per started 4 others. The reference counts the
-   others with a regex (about 30 instructions a character on long mixed texts).
+   others with a regex: 135 M instructions over the same events, 32 M in C.
 
    tests/unit/test_text_native.py holds each function to its Python reference: the
    sentences on drawn texts of every character class that matters and on any text,
@@ -179,7 +179,7 @@ is_wide(Py_UCS4 c)
 {
     return (c >= 0x1100 && c <= 0x11FF)      /* Hangul jamo */
            || (c >= 0x2E80 && c <= 0x2FDF)   /* CJK radicals, Kangxi radicals */
-           || (c >= 0x3000 && c <= 0x9FFF)   /* CJK punctuation, kana, ..., ideographs */
+           || (c >= 0x3000 && c <= 0x9FFF)   /* CJK punctuation, kana, ideographs */
            || (c >= 0xAC00 && c <= 0xD7AF)   /* Hangul syllables */
            || (c >= 0xF900 && c <= 0xFAFF)   /* CJK compatibility ideographs */
            || (c >= 0xFF00 && c <= 0xFFEF)   /* full-width and half-width forms */
@@ -202,7 +202,8 @@ estimate_tokens(PyObject *module, PyObject *text)
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     Py_ssize_t wide = 0;
     int kind = PyUnicode_KIND(text);
-    if (kind != PyUnicode_1BYTE_KIND) { /* every character of working.CJK is above 0xFF */
+    /* every character of working.CJK is above 0xFF: none in a one-byte string */
+    if (kind != PyUnicode_1BYTE_KIND) {
         const void *data = PyUnicode_DATA(text);
         for (Py_ssize_t i = 0; i < n; i++)
             wide += is_wide(PyUnicode_READ(kind, data, i));
@@ -218,7 +219,8 @@ static PyMethodDef methods[] = {
      "sentences_and_gaps(text) -> (sentences, gaps): gaps[i] is the whitespace before "
      "sentence i, after the one before it."},
     {"estimate_tokens", estimate_tokens, METH_O,
-     "estimate_tokens(text) -> int: one token per CJK character, one per started 4 others."},
+     "estimate_tokens(text) -> int: one token per CJK character, one per started 4 "
+     "others."},
     {NULL, NULL, 0, NULL},
 };
 
