@@ -3,12 +3,12 @@
    1. A text's sentences and the gaps between them (processors/sentences.py).
 
    sentences_and_gaps(text) gives what reference_sentences_and_gaps gives
-   (processors/sentences.py): (sentences, gaps), where the sentences are the
-   stripped, non-empty pieces of text cut after each sentence end, and gaps[i] is the
-   text between sentence i - 1 (or the start) and sentence i, whitespace only. split_sentences(text) gives the
-   sentences alone. The reference does it with a regex split and a list operation a
-   piece; here it is one predicate a character and one substring a sentence and a
-   gap. Callgrind, 10 000 events of the processors bench's rich workload: the two
+   (processors/sentences.py): (sentences, gaps), where the sentences are the stripped,
+   non-empty pieces of text cut after each sentence end, and gaps[i] is the text between
+   sentence i - 1 (or the start) and sentence i, whitespace only. split_sentences(text)
+   gives the sentences alone. The reference does it with a regex split and a list
+   operation a piece; here it is one predicate a character and one substring a sentence
+   and a gap. Callgrind, 10 000 events of the processors bench's rich workload: the two
    functions took 380 M instructions compiled by mypyc, 78 M in C.
 
    A sentence ends (the character is the last of its piece) at:

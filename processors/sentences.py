@@ -5,12 +5,12 @@ The summariser picks whole sentences; the scorer scores a text sentence by sente
 text, is not read again. Both cut where :func:`split_sentences` cuts.
 
 :func:`split_sentences` and :func:`sentences_and_gaps` run in C where the extension
-``processors._text`` is built (``processors/_text.c``, beside the mypyc ones: one pass
-a text, where the regex split and a list operation a piece took 38k of the 245k
-instructions an event of the processors bench's rich workload, 8k in C); :func:`reference_split_sentences` and
-:func:`reference_sentences_and_gaps` are their Python, which runs where it is not
-(``ENGRAM_PURE_PYTHON=1``). ``tests/unit/test_text_native.py`` holds the two to each
-other.
+``processors._text`` is built (``processors/_text.c``, beside the mypyc ones: one pass a
+text, where the regex split and a list operation a piece took 38k of the 245k
+instructions an event of the processors bench's rich workload, 8k in C);
+:func:`reference_split_sentences` and :func:`reference_sentences_and_gaps` are their
+Python, which runs where it is not (``ENGRAM_PURE_PYTHON=1``).
+``tests/unit/test_text_native.py`` holds the two to each other.
 """
 
 from __future__ import annotations
