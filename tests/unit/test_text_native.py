@@ -65,6 +65,7 @@ def test_the_c_sentences_and_gaps_are_the_reference(text: str) -> None:
         ("好。好！！对？", (["好。", "好！！", "对？"], ["", "", ""])),
         ("v1.2 is 3.5. Next", (["v1.2 is 3.5.", "Next"], ["", " "])),
         ("end.\u3000next", (["end.", "next"], ["", "\u3000"])),
+        ("Go!] Now", (["Go!] Now"], [""])),
         ("wide\U00020000!x", (["wide\U00020000!", "x"], ["", ""])),
     ],
 )
