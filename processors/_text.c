@@ -80,6 +80,28 @@ append_slice(PyObject *list, PyObject *text, Py_ssize_t start, Py_ssize_t end)
     return failed;
 }
 
+/* The piece text[start:end]: its stripped sentence into sentences and the gap before
+   it (text[*previous:] up to the sentence) into gaps, when gaps is not NULL, and
+   *previous moved to the sentence's end; nothing for a blank piece. 0 on success, -1
+   with an exception set. */
+static int
+take_piece(PyObject *text, int kind, const void *data, Py_ssize_t start, Py_ssize_t end,
+           Py_ssize_t *previous, PyObject *sentences, PyObject *gaps)
+{
+    while (start < end && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, start)))
+        start++;
+    while (end > start && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, end - 1)))
+        end--;
+    if (start == end)
+        return 0;
+    if (gaps != NULL && append_slice(gaps, text, *previous, start) < 0)
+        return -1;
+    if (append_slice(sentences, text, start, end) < 0)
+        return -1;
+    *previous = end;
+    return 0;
+}
+
 /* The sentences of text into sentences, and (when gaps is not NULL) the gaps before
    them into gaps. 0 on success, -1 with an exception set. */
 static int
@@ -107,31 +129,21 @@ split(PyObject *text, PyObject *sentences, PyObject *gaps)
             continue;
         if (!ends)
             continue;
-        Py_ssize_t first = start, last = i + 1;
-        while (first < last && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, first)))
-            first++;
-        while (last > first && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, last - 1)))
-            last--;
-        if (first < last) {
-            if (gaps != NULL && append_slice(gaps, text, previous, first) < 0)
-                return -1;
-            if (append_slice(sentences, text, first, last) < 0)
-                return -1;
-            previous = last;
-        }
+        if (take_piece(text, kind, data, start, i + 1, &previous, sentences, gaps) < 0)
+            return -1;
         start = i + 1;
     }
-    Py_ssize_t first = start, last = n;
-    while (first < last && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, first)))
-        first++;
-    while (last > first && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, last - 1)))
-        last--;
-    if (first < last) {
-        if (gaps != NULL && append_slice(gaps, text, previous, first) < 0)
-            return -1;
-        if (append_slice(sentences, text, first, last) < 0)
-            return -1;
-    }
+    return take_piece(text, kind, data, start, n, &previous, sentences, gaps);
+}
+
+/* Whether text is a str; else a TypeError naming the function. */
+static int
+is_text(PyObject *text, const char *function)
+{
+    if (PyUnicode_Check(text))
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes a str, not %.200s", function,
+                 Py_TYPE(text)->tp_name);
     return 0;
 }
 
@@ -139,11 +151,8 @@ static PyObject *
 split_sentences(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "split_sentences() takes a str, not %.200s",
-                     Py_TYPE(text)->tp_name);
+    if (!is_text(text, "split_sentences"))
         return NULL;
-    }
     PyObject *sentences = PyList_New(0);
     if (sentences == NULL)
         return NULL;
@@ -158,11 +167,8 @@ static PyObject *
 sentences_and_gaps(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "sentences_and_gaps() takes a str, not %.200s",
-                     Py_TYPE(text)->tp_name);
+    if (!is_text(text, "sentences_and_gaps"))
         return NULL;
-    }
     PyObject *sentences = PyList_New(0);
     PyObject *gaps = PyList_New(0);
     if (sentences == NULL || gaps == NULL || split(text, sentences, gaps) < 0) {
@@ -190,11 +196,8 @@ static PyObject *
 estimate_tokens(PyObject *module, PyObject *text)
 {
     (void)module;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "estimate_tokens() takes a str, not %.200s",
-                     Py_TYPE(text)->tp_name);
+    if (!is_text(text, "estimate_tokens"))
         return NULL;
-    }
 #if PY_VERSION_HEX < 0x030C0000
     if (PyUnicode_READY(text) < 0)
         return NULL;
@@ -231,6 +234,10 @@ static struct PyModuleDef module_def = {
     "estimated tokens (processors/working.py).",
     -1,
     methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC
