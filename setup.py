@@ -16,13 +16,16 @@ see. mypyc compiles no class that subclasses a Python class (an exception, ``UUI
 as a native one: those carry ``mypyc_attr(native_class=False)`` (hence the runtime
 dependency on ``mypy-extensions``, which the plain sources import too).
 
-Two small extensions are written in C (``NATIVE``). ``schemas/_bare.c`` builds each
+Three small extensions are written in C (``NATIVE``). ``schemas/_bare.c`` builds each
 model and UUID those modules make from its slots in one call, where Python's calls of
 the slots' setters cost about a sixth of the fold's instructions (``schemas/bare.py``,
 which holds its Python reference). ``processors/_text.c`` cuts a text into its
 sentences in one pass, where a regex split and a list operation a piece cost the scorer
 and the summariser about 70 instructions a character (``processors/sentences.py``,
-which holds its Python reference).
+which holds its Python reference). ``processors/_summary.c`` ranks and chooses an
+episode's sentences for its summary, where dicts of terms, scores and sentence objects
+a summary cost the rich fold about a fifth of its time (``processors/summary.py``,
+``reference_pick``).
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.
@@ -66,9 +69,11 @@ WIRE = ["schemas/wire.py", "schemas/uuids.py", "schemas/reader.py"]
 NATIVE = {
     "schemas._bare": "schemas/_bare.c",
     "processors._text": "processors/_text.c",
+    "processors._summary": "processors/_summary.c",
 }
 """The extensions in C, by module: instances built from their slots (see
-``schemas/bare.py``), a text's sentences (see ``processors/sentences.py``)."""
+``schemas/bare.py``), a text's sentences (see ``processors/sentences.py``), a summary's
+sentences (see ``processors/summary.py``)."""
 
 
 METADATA = frozenset({"egg_info", "dist_info"})
@@ -92,7 +97,10 @@ def _extensions() -> list[object]:
     from mypyc.build import mypycify
 
     compiled = mypycify([*WIRE, *COMPILED], opt_level="3", group_name="processors")
-    native = [Extension(name, [path], extra_compile_args=["-O2"]) for name, path in NATIVE.items()]
+    # -ffp-contract=off: no multiply-add fused into one rounding, so that the floating
+    # point of processors/_summary.c is its Python reference's, operation for operation
+    flags = ["-O2", "-ffp-contract=off"]
+    native = [Extension(name, [path], extra_compile_args=flags) for name, path in NATIVE.items()]
     return [*compiled, *native]
 
 

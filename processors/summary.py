@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import compress, pairwise
 
 from processors.memo import Memo
@@ -98,6 +98,21 @@ def summarise(
     pieces = [piece for _, content in turns for piece in _pieces(content)]
     if not pieces or max_chars <= 0:
         return ""
+    if _native_pick is not None:
+        text, whole = _native_pick(pieces, max_chars, params, _importance)
+    else:
+        text, whole = reference_pick(pieces, max_chars, params)
+    return text if whole else _truncate(text, max_chars)
+
+
+def reference_pick(pieces: list[_Piece], max_chars: int, params: ScoringParams) -> tuple[str, bool]:
+    """The sentences :func:`summarise` chooses among ``pieces`` (non-empty, the terms
+    of each a function of its text; ``max_chars`` > 0), joined: ``(summary, True)``;
+    or ``(best sentence, False)`` when none fits and the best is to be cut.
+
+    ``processors._summary.pick`` (``processors/_summary.c``) does the same in C where
+    it is built; this is its Python, which runs where it is not.
+    """
     positions = _counted(pieces)
     count = positions[-1] + 1
     # a sentence said again scores less than its first saying (its position is later):
@@ -112,8 +127,13 @@ def summarise(
         ranked = _ranked([_sentence(i, pieces[i]) for i in positions], params, count)
         chosen = _select(ranked, max_chars, redundancy)
     if not chosen:
-        return _truncate(ranked[0].text, max_chars)
-    return _join(chosen)
+        return ranked[0].text, False
+    return _join(chosen), True
+
+
+def _importance(text: str, params: ScoringParams) -> float:
+    """The importance of ``text`` (:func:`~processors.scoring.score_text`)."""
+    return score_text(text, params).importance
 
 
 def _counted(pieces: list[_Piece]) -> list[int]:
@@ -315,3 +335,16 @@ def _truncate(text: str, max_chars: int) -> str:
     if space > max_chars // 2:
         cut = cut[:space]
     return cut.rstrip() + _ELLIPSIS
+
+
+_native_pick: (
+    Callable[
+        [list[_Piece], int, ScoringParams, Callable[[str, ScoringParams], float]],
+        tuple[str, bool],
+    ]
+    | None
+)
+try:
+    from processors._summary import pick as _native_pick
+except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
+    _native_pick = None

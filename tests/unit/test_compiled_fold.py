@@ -89,14 +89,14 @@ def c_sources() -> dict[str, Path]:
 
 def test_setup_builds_the_c_extensions() -> None:
     sources = c_sources()
-    assert set(sources) == {"schemas._bare", "processors._text"}
+    assert set(sources) == {"schemas._bare", "processors._text", "processors._summary"}
     for name, source in sources.items():
         assert source.is_file(), source
         assert name == str(source.relative_to(REPO).with_suffix("")).replace("/", ".")
 
 
 @pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")
-@pytest.mark.parametrize("name", ["schemas._bare", "processors._text"])
+@pytest.mark.parametrize("name", ["schemas._bare", "processors._text", "processors._summary"])
 def test_the_c_extension_is_built(name: str) -> None:
     path = str(importlib.import_module(name).__file__)
     assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name}: {REBUILD}"
