@@ -58,6 +58,7 @@ COMPILED = [
     "processors/memories.py",
     "processors/consolidation.py",
     "processors/facts.py",
+    "processors/skills.py",
     "processors/forgetting.py",
     "processors/memory.py",
 ]

@@ -31,8 +31,9 @@ from processors.erasure import (
 from processors.facts import Facts
 from processors.ids import uuid5_of
 from processors.memories import Change, Memories
-from processors.persona import Persona, Skills
+from processors.persona import Persona
 from processors.rebase import Past, RebaseRefused, Replayed, fold_past, rebase_changes, rename
+from processors.skills import Skills
 from processors.state import (
     AgentState,
 )
@@ -374,35 +375,37 @@ class AgentMemory:
         return changes
 
     def _long_term(self, event: Event) -> list[Change]:
+        """The long-term changes of ``event``: reinforcement, a sweep, a fact, the
+        persona, a skill. Told apart by the event's type, not a ``match`` of class
+        patterns: each pattern is an ``isinstance`` call (events are never subclassed)."""
         at = event.occurred_at
-        match event:
-            case MemoryRecalled(body=body):
-                return self.memories.recalled(body.memory_ids, at, "recalled")
-            case FeedbackGiven(body=body) if body.useful:
+        if type(event) is MemoryRecalled:
+            return self.memories.recalled(event.body.memory_ids, at, "recalled")
+        if type(event) is FeedbackGiven:
+            body = event.body
+            if body.useful:
                 return self.memories.recalled([body.memory_id], at, "useful feedback")
-            case FeedbackGiven(body=body):
-                return self.memories.corrected(
-                    body.memory_id, at, body.correction or "negative feedback"
-                )
-            case ClockTicked():
-                return self.memories.sweep(at)
-            case FactAsserted() | FactRetracted():
-                fact = self.facts.apply(event)
-                return [] if fact is None else [(FactSet, fact)]
-            case PersonaUpdated():
-                version = self.persona.apply(event)
-                if version is None:
-                    return []
-                self.persona_users.append(event.user_id)
-                doc = PersonaVersionBody(**version.model_dump(exclude={"source_event_id"}))
-                return [(PersonaVersioned, doc)]
-            case ToolCalled() | ToolResult():
-                skill = self.skills.apply(event)
-                if skill is None:
-                    return []
-                return [(SkillUpdated, trusted(SkillBody, dict(skill.__dict__), _SKILL_GIVEN))]
-            case _:
+            return self.memories.corrected(
+                body.memory_id, at, body.correction or "negative feedback"
+            )
+        if type(event) is ClockTicked:
+            return self.memories.sweep(at)
+        if type(event) is FactAsserted or type(event) is FactRetracted:
+            fact = self.facts.apply(event)
+            return [] if fact is None else [(FactSet, fact)]
+        if type(event) is PersonaUpdated:
+            version = self.persona.apply(event)
+            if version is None:
                 return []
+            self.persona_users.append(event.user_id)
+            doc = PersonaVersionBody(**version.model_dump(exclude={"source_event_id"}))
+            return [(PersonaVersioned, doc)]
+        if type(event) is ToolCalled or type(event) is ToolResult:
+            skill = self.skills.apply(event)
+            if skill is None:
+                return []
+            return [(SkillUpdated, trusted(SkillBody, dict(skill.__dict__), _SKILL_GIVEN))]
+        return []
 
     def _erase(self, event: SubjectErasureRequested) -> ErasedBody:
         """Drop everything of the request's subject (:mod:`processors.erasure`)."""

@@ -12,7 +12,8 @@ Persona merge rule (``persona.updated``):
   value removes the key** (removing an absent key does nothing);
 * an update that leaves the document unchanged makes no version.
 
-Skills rule (``tool.called`` / ``tool.result``, keyed by tool name):
+Skills rule (``tool.called`` / ``tool.result``, keyed by tool name; folded by
+:class:`processors.skills.Skills`, compiled with the fold):
 
 * a call is one use; a result counts a success (``ok``) or a failure;
 * a result is matched to the open call with the same ``(tool, call_id)``; a result
@@ -28,21 +29,18 @@ and :meth:`Persona.at` is a search over them.
 from __future__ import annotations
 
 from bisect import bisect_right
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated
 from uuid import UUID
 
 from pydantic import Field
 
-from processors.build import fields, trusted
 from schemas import (
     Event,
     Model,
     PersonaBody,
     PersonaUpdated,
     PersonaVersionBody,
-    ToolCalled,
-    ToolResult,
 )
 from schemas.base import INT64_MAX, UtcMillis
 
@@ -140,7 +138,8 @@ def _keep(new: str | None, old: str | None) -> str | None:
 
 class SkillRecord(Model):
     """How one tool has been used. ``success_rate`` is ``successes / (successes +
-    failures)``, None before any result; build records with :meth:`of` to keep it so."""
+    failures)``, None before any result; build records with
+    :func:`processors.skills.skill_record` to keep it so."""
 
     name: str
     uses: Count = 0
@@ -148,38 +147,6 @@ class SkillRecord(Model):
     failures: Count = 0
     last_used_at: UtcMillis | None = None
     success_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-
-    @classmethod
-    def of(
-        cls, name: str, uses: int, successes: int, failures: int, last_used_at: datetime | None
-    ) -> SkillRecord:
-        """A record with its ``success_rate`` computed from the counts."""
-        results = successes + failures
-        values = {
-            "name": name,
-            "uses": uses,
-            "successes": successes,
-            "failures": failures,
-            "last_used_at": last_used_at,
-            "success_rate": successes / results if results else None,
-        }
-        if _valid_record(values):
-            return trusted(cls, values, _RECORD_GIVEN)
-        return cls(**values)
-
-
-_RECORD_GIVEN = fields(SkillRecord.model_fields)
-
-
-def _valid_record(values: dict[str, Any]) -> bool:
-    """Whether validation would keep ``values`` as they are (else it raises or converts)."""
-    at = values["last_used_at"]
-    counts = (values["uses"], values["successes"], values["failures"])
-    return (
-        all(type(n) is int and 0 <= n <= INT64_MAX for n in counts)
-        and (at is None or (at.tzinfo is UTC and not at.microsecond % 1000))
-        and type(values["name"]) is str
-    )
 
 
 class OpenCall(Model):
@@ -194,65 +161,3 @@ class SkillsState(Model):
 
     skills: list[SkillRecord] = []
     open_calls: list[OpenCall] = []
-
-
-class Skills:
-    """The live fold of one agent's skills record; see the module docstring."""
-
-    def __init__(self, state: SkillsState | None = None) -> None:
-        state = state or SkillsState()
-        self.records = {r.name: r for r in state.skills}
-        self.open_calls: dict[tuple[str, str], None] = dict.fromkeys(
-            (c.tool, c.call_id) for c in state.open_calls
-        )
-
-    def apply(self, event: Event) -> SkillRecord | None:
-        """Fold one event; the tool's updated record, or None for other types."""
-        match event:
-            case ToolCalled(body=body):
-                self._await_result((body.tool, body.call_id))
-                return self._update(body.tool, event.occurred_at, use=True)
-            case ToolResult(body=body):
-                matched = (body.tool, body.call_id) in self.open_calls
-                self.open_calls.pop((body.tool, body.call_id), None)
-                return self._update(body.tool, event.occurred_at, use=not matched, ok=body.ok)
-            case _:
-                return None
-
-    def _await_result(self, call: tuple[str, str]) -> None:
-        """Remember a call (as the newest), forgetting the oldest beyond the bound."""
-        self.open_calls.pop(call, None)
-        self.open_calls[call] = None
-        if len(self.open_calls) > MAX_OPEN_CALLS:
-            del self.open_calls[next(iter(self.open_calls))]
-
-    def _update(self, tool: str, at: datetime, *, use: bool, ok: bool | None = None) -> SkillRecord:
-        """Count a use and/or a result of ``tool`` at ``at``; store and return the record."""
-        old = self.records.get(tool) or SkillRecord(name=tool)
-        last = old.last_used_at
-        if use:
-            last = at if last is None else max(last, at)
-        record = SkillRecord.of(
-            tool,
-            old.uses + int(use),
-            old.successes + int(ok is True),
-            old.failures + int(ok is False),
-            last,
-        )
-        self.records[tool] = record
-        return record
-
-    def get(self, name: str) -> SkillRecord | None:
-        """The record of tool ``name``, or None if it was never used."""
-        return self.records.get(name)
-
-    def all(self) -> list[SkillRecord]:
-        """Every record, sorted by tool name."""
-        return [self.records[name] for name in sorted(self.records)]
-
-    def state(self) -> SkillsState:
-        """Serialisable snapshot; ``Skills(state)`` resumes exactly here."""
-        return SkillsState(
-            skills=self.all(),
-            open_calls=[OpenCall(tool=t, call_id=c) for t, c in self.open_calls],
-        )

@@ -17,10 +17,10 @@ from processors.persona import (
     PersonaState,
     PersonaVersion,
     SkillRecord,
-    Skills,
     SkillsState,
     merge_preferences,
 )
+from processors.skills import Skills, skill_record
 from schemas import Event, PersonaUpdated, SessionStarted, ToolCalled, ToolResult
 
 AGENT = "agent-persona"
@@ -222,7 +222,7 @@ def test_skills_ignore_other_events() -> None:
 
 @pytest.mark.parametrize(("ok", "fail", "rate"), [(0, 1, 0.0), (3, 1, 0.75), (2, 0, 1.0)])
 def test_success_rate_formula(ok: int, fail: int, rate: float) -> None:
-    assert SkillRecord.of("t", ok + fail, ok, fail, None).success_rate == rate
+    assert skill_record("t", ok + fail, ok, fail, None).success_rate == rate
 
 
 # -- fold laws ------------------------------------------------------------------------
