@@ -322,8 +322,20 @@ def _join(sentences: Sequence[_Sentence]) -> str:
 
 
 def _is_wide(char: str) -> bool:
-    """Whether ``char`` is CJK, or CJK or full-width punctuation (never ASCII)."""
-    return not char.isascii() and bool(_WIDE.match(char))
+    """Whether ``char`` is CJK, or CJK or full-width punctuation (never ASCII); the
+    regex's answer remembered by character (a match costs ten times a lookup)."""
+    if char.isascii():
+        return False
+    wide = _WIDE_CHARS.get(char)
+    if wide is None:
+        if len(_WIDE_CHARS) >= 65536:
+            _WIDE_CHARS.clear()
+        wide = _WIDE_CHARS[char] = bool(_WIDE.match(char))
+    return wide
+
+
+_WIDE_CHARS: dict[str, bool] = {}
+""":func:`_is_wide` of the characters met (bounded: cleared when full)."""
 
 
 def _truncate(text: str, max_chars: int) -> str:
