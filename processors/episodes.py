@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
-from uuid import UUID
 
 from processors.build import fields, trusted
-from processors.ids import uuid5_str
+from processors.ids import canonical_text, uuid5_str
 from processors.memories import NewMemory
 from processors.scoring import DEFAULT_PARAMS, aggregate_values, analyse_turn, analysis
 from processors.state import EpisodeParams, EpisodesState, EpisodeTurn, OpenEpisode, ScoringParams
@@ -232,7 +231,7 @@ class Episodes:
             [t[CONFIDENCE] for t in turns],
             DEFAULT_PARAMS,
         )
-        episode_id = memory_id_of("episode", self.agent_id, str(UUID(turns[0][EVENT_ID])))
+        episode_id = memory_id_of("episode", self.agent_id, canonical_text(turns[0][EVENT_ID]))
         entities = list(dict.fromkeys(e for t in turns for e in t[ENTITIES]))[:20]
         sources = [t[EVENT_ID] for t in turns]
         summary = summarise(

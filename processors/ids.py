@@ -7,7 +7,7 @@ from hashlib import sha1
 from typing import Any
 from uuid import UUID
 
-from schemas.uuids import canonical, of_int
+from schemas.uuids import CANONICAL, canonical, of_int
 
 _digest: Callable[[bytes], Any]
 try:  # CPython's own SHA-1: the same digest, with less overhead than OpenSSL's for short names
@@ -24,16 +24,43 @@ _SET = (0x8000 << 48) | (5 << 76)
 
 def uuid5_of(name: str) -> UUID:
     """``uuid.uuid5(ENGRAM_NAMESPACE, name)``, without the generic constructor's checks."""
-    value = int.from_bytes(_digest(_NAMESPACE + name.encode()).digest()) >> 32
-    return of_int(value & _CLEAR | _SET)
+    if _native_int is not None:
+        return of_int(_native_int(_NAMESPACE, name))
+    return of_int(reference_uuid5_int(name))
 
 
 def uuid5_str(name: str) -> str:
     """``str(uuid.uuid5(ENGRAM_NAMESPACE, name))``."""
+    if _native_text is not None:
+        return _native_text(_NAMESPACE, name)
+    return canonical(reference_uuid5_int(name))
+
+
+def reference_uuid5_int(name: str) -> int:
+    """``uuid.uuid5(ENGRAM_NAMESPACE, name).int`` in Python: what ``processors._ids``
+    (``processors/_ids.c``) computes in C where it is built."""
     value = int.from_bytes(_digest(_NAMESPACE + name.encode()).digest()) >> 32
-    return canonical(value & _CLEAR | _SET)
+    return value & _CLEAR | _SET
+
+
+def canonical_text(text: str) -> str:
+    """``str(UUID(text))``: ``text`` itself when it is already in that form (the usual
+    case: a turn's id as the fold wrote it), without building the UUID. Raises
+    ValueError as ``UUID`` does for what is not a UUID."""
+    if len(text) == 36 and CANONICAL.fullmatch(text) is not None:
+        return text
+    return str(UUID(text))
 
 
 def derived_id(source_event_id: UUID, idx: int) -> UUID:
     """Id of the ``idx``-th change made by ``source_event_id``."""
     return uuid5_of(f"{source_event_id}:{idx}")
+
+
+_native_int: Callable[[bytes, str], int] | None
+_native_text: Callable[[bytes, str], str] | None
+try:
+    from processors._ids import uuid5_int as _native_int
+    from processors._ids import uuid5_text as _native_text
+except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
+    _native_int = _native_text = None

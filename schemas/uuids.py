@@ -28,7 +28,8 @@ from schemas.bare import bare
 _INT: Final = vars(UUID)["int"]
 _SAFE: Final = vars(UUID)["is_safe"]
 _UNKNOWN: Final = SafeUUID.unknown
-_CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""``str(UUID(...))``'s form: lower-case hexadecimal digits, hyphens at 8, 13, 18, 23."""
 
 
 @mypyc_attr(native_class=False)
@@ -63,7 +64,7 @@ def with_text(value: int, text: str) -> UUID:
     """The UUID of the 128-bit ``value`` whose text a reader found to be ``text``
     (``UUID(text).int == value``): a :class:`TextUUID` holding ``text`` when it is
     the canonical form (lowercase, hyphenated), else a plain ``UUID``."""
-    if _CANONICAL.fullmatch(text):
+    if CANONICAL.fullmatch(text):
         return bare(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, text)
     return bare(UUID, _INT, value, _SAFE, _UNKNOWN)
 

@@ -78,6 +78,10 @@ def test_only_the_build_itself_compiles(monkeypatch: pytest.MonkeyPatch) -> None
     assert setup._extensions() == []  # type: ignore[attr-defined]
 
 
+NATIVE = ["schemas._bare", "processors._text", "processors._summary", "processors._ids"]
+"""The C extensions setup.py must build."""
+
+
 def c_sources() -> dict[str, Path]:
     """The C extensions' sources by module (``setup.py``'s ``NATIVE``)."""
     for node in ast.parse((REPO / "setup.py").read_text()).body:
@@ -89,14 +93,14 @@ def c_sources() -> dict[str, Path]:
 
 def test_setup_builds_the_c_extensions() -> None:
     sources = c_sources()
-    assert set(sources) == {"schemas._bare", "processors._text", "processors._summary"}
+    assert set(sources) == set(NATIVE)
     for name, source in sources.items():
         assert source.is_file(), source
         assert name == str(source.relative_to(REPO).with_suffix("")).replace("/", ".")
 
 
 @pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: installed without compiling")
-@pytest.mark.parametrize("name", ["schemas._bare", "processors._text", "processors._summary"])
+@pytest.mark.parametrize("name", NATIVE)
 def test_the_c_extension_is_built(name: str) -> None:
     path = str(importlib.import_module(name).__file__)
     assert path.endswith(tuple(EXTENSION_SUFFIXES)), f"{name}: {REBUILD}"

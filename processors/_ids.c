@@ -1,0 +1,195 @@
+/* processors._ids: name-based (version 5) UUIDs in C, for the fold's derived ids.
+
+   uuid5_int(namespace, name) is uuid.uuid5(UUID(bytes=namespace), name).int and
+   uuid5_text(namespace, name) its str(): SHA-1 (FIPS 180-4) of the namespace's 16 bytes
+   followed by the name in UTF-8, the digest's first 16 bytes with the version (5) and
+   the RFC 4122 variant set. A name that UTF-8 cannot encode (a lone surrogate) raises
+   UnicodeEncodeError, as name.encode() does.
+
+   The Python (processors/ids.py: reference_uuid5_int) makes a hash object, the bytes of
+   namespace and name joined, the digest, then an int of it, shifted and masked: about
+   7 000 instructions an id, where hashing ~60 bytes is one 64-byte block. Here it is
+   the block, an int and no object else (the text: one str).
+
+   tests/unit/test_ids_native.py holds both to uuid.uuid5 on drawn names, at every
+   length around the blocks' boundaries. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define BLOCK 64
+#define SMALL 256 /* messages up to this long are padded on the stack */
+
+static uint32_t
+rotl(uint32_t x, int n)
+{
+    return (x << n) | (x >> (32 - n));
+}
+
+static uint32_t
+be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+           (uint32_t)p[3];
+}
+
+static void
+sha1_block(uint32_t h[5], const unsigned char *block)
+{
+    uint32_t w[80];
+    for (int t = 0; t < 16; t++)
+        w[t] = be32(block + 4 * t);
+    for (int t = 16; t < 80; t++)
+        w[t] = rotl(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+    /* the four rounds of 20 steps, each with its function and constant (a loop
+       apiece: no branch inside a step) */
+#define STEP(f, k)                                                                     \
+    do {                                                                               \
+        uint32_t next = rotl(a, 5) + (f) + e + (k) + w[t];                             \
+        e = d;                                                                         \
+        d = c;                                                                         \
+        c = rotl(b, 30);                                                               \
+        b = a;                                                                         \
+        a = next;                                                                      \
+    } while (0)
+    int t = 0;
+    for (; t < 20; t++)
+        STEP((b & c) | (~b & d), 0x5A827999u);
+    for (; t < 40; t++)
+        STEP(b ^ c ^ d, 0x6ED9EBA1u);
+    for (; t < 60; t++)
+        STEP((b & c) | (b & d) | (c & d), 0x8F1BBCDCu);
+    for (; t < 80; t++)
+        STEP(b ^ c ^ d, 0xCA62C1D6u);
+#undef STEP
+    h[0] += a;
+    h[1] += b;
+    h[2] += c;
+    h[3] += d;
+    h[4] += e;
+}
+
+static int
+uuid5_bytes(PyObject *const *args, Py_ssize_t nargs, unsigned char out[16])
+{
+    /* the 16 bytes of the UUID of args (namespace: bytes of 16, name: str) */
+    if (nargs != 2 || !PyBytes_Check(args[0]) || PyBytes_GET_SIZE(args[0]) != 16 ||
+        !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "uuid5(namespace, name): 16 bytes of a namespace, a str name");
+        return -1;
+    }
+    Py_ssize_t size;
+    const char *name = PyUnicode_AsUTF8AndSize(args[1], &size);
+    if (name == NULL)
+        return -1;
+    if ((size_t)size > ((size_t)PY_SSIZE_T_MAX >> 4)) {
+        PyErr_SetString(PyExc_OverflowError, "uuid5: the name is too long");
+        return -1;
+    }
+    size_t length = 16 + (size_t)size;
+    /* the message, 0x80, zeros and its length in bits in 8 bytes, in whole blocks */
+    size_t padded = (length + 8) / BLOCK * BLOCK + BLOCK;
+    unsigned char small[SMALL];
+    unsigned char *message = padded <= SMALL ? small : PyMem_Malloc(padded);
+    if (message == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(message, PyBytes_AS_STRING(args[0]), 16);
+    memcpy(message + 16, name, (size_t)size);
+    message[length] = 0x80;
+    memset(message + length + 1, 0, padded - length - 1);
+    uint64_t bits = (uint64_t)length * 8;
+    for (int i = 0; i < 8; i++)
+        message[padded - 1 - i] = (unsigned char)(bits >> (8 * i));
+    uint32_t h[5] = {0x67452301u, 0xEFCDAB89u, 0x98BADCFEu, 0x10325476u, 0xC3D2E1F0u};
+    for (size_t at = 0; at < padded; at += BLOCK)
+        sha1_block(h, message + at);
+    if (message != small)
+        PyMem_Free(message);
+    for (int i = 0; i < 16; i++)
+        out[i] = (unsigned char)(h[i / 4] >> (24 - 8 * (i % 4)));
+    out[6] = (unsigned char)((out[6] & 0x0F) | 0x50); /* version 5 */
+    out[8] = (unsigned char)((out[8] & 0x3F) | 0x80); /* RFC 4122 variant */
+    return 0;
+}
+
+static uint64_t
+be64(const unsigned char *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+static PyObject *
+uuid5_int(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    unsigned char bytes[16];
+    if (uuid5_bytes(args, nargs, bytes) < 0)
+        return NULL;
+    PyObject *high = PyLong_FromUnsignedLongLong(be64(bytes));
+    PyObject *low = PyLong_FromUnsignedLongLong(be64(bytes + 8));
+    PyObject *shift = PyLong_FromLong(64);
+    PyObject *shifted = NULL;
+    PyObject *value = NULL;
+    if (high != NULL && low != NULL && shift != NULL)
+        shifted = PyNumber_Lshift(high, shift);
+    if (shifted != NULL)
+        value = PyNumber_Or(shifted, low);
+    Py_XDECREF(high);
+    Py_XDECREF(low);
+    Py_XDECREF(shift);
+    Py_XDECREF(shifted);
+    return value;
+}
+
+static PyObject *
+uuid5_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    static const char digits[] = "0123456789abcdef";
+    unsigned char bytes[16];
+    if (uuid5_bytes(args, nargs, bytes) < 0)
+        return NULL;
+    PyObject *text = PyUnicode_New(36, 127);
+    if (text == NULL)
+        return NULL;
+    Py_UCS1 *out = PyUnicode_1BYTE_DATA(text);
+    for (int i = 0, at = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[at++] = '-';
+        out[at++] = (Py_UCS1)digits[bytes[i] >> 4];
+        out[at++] = (Py_UCS1)digits[bytes[i] & 0x0F];
+    }
+    return text;
+}
+
+static PyMethodDef methods[] = {
+    {"uuid5_int", (PyCFunction)(void (*)(void))uuid5_int, METH_FASTCALL,
+     "uuid5_int(namespace, name) -> int: uuid.uuid5's int (namespace: its 16 bytes)."},
+    {"uuid5_text", (PyCFunction)(void (*)(void))uuid5_text, METH_FASTCALL,
+     "uuid5_text(namespace, name) -> str: uuid.uuid5's text (namespace: its bytes)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "processors._ids",
+    "Name-based (version 5) UUIDs in C (processors/ids.py).",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__ids(void)
+{
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,106 @@
+"""``processors._ids``: the C extension that makes the fold's name-based UUIDs gives
+what ``uuid.uuid5`` gives (and the Python reference, ``reference_uuid5_int``), at every
+length around SHA-1's 64-byte blocks, and refuses what it cannot hash."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processors import ids
+from processors.ids import (
+    ENGRAM_NAMESPACE,
+    canonical_text,
+    reference_uuid5_int,
+    uuid5_of,
+    uuid5_str,
+)
+
+PURE = os.environ.get("ENGRAM_PURE_PYTHON") == "1"
+native = pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: no C extension built")
+
+if not PURE:
+    from processors._ids import uuid5_int, uuid5_text
+
+NAMES = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet="a:-0123456789", max_size=200),
+    st.integers(0, 200).map(lambda n: "x" * n),
+    st.integers(0, 100).map(lambda n: "好" * n),
+)
+
+
+@native
+@given(NAMES, st.uuids())
+@settings(max_examples=500)
+def test_the_c_uuid5_is_uuid5(name: str, namespace: uuid.UUID) -> None:
+    expected = uuid.uuid5(namespace, name)
+    assert uuid5_int(namespace.bytes, name) == expected.int
+    assert uuid5_text(namespace.bytes, name) == str(expected)
+
+
+@native
+@pytest.mark.parametrize("length", range(30, 140))
+def test_every_length_around_the_blocks(length: int) -> None:
+    # 16 bytes of namespace before the name: 55 and 56 bytes of message end the first
+    # block with its length or push the length into a second one
+    name = "n" * length
+    assert uuid5_int(ENGRAM_NAMESPACE.bytes, name) == uuid.uuid5(ENGRAM_NAMESPACE, name).int
+
+
+@given(NAMES)
+@settings(max_examples=200)
+def test_the_fold_ids_are_uuid5(name: str) -> None:
+    expected = uuid.uuid5(ENGRAM_NAMESPACE, name)
+    assert reference_uuid5_int(name) == expected.int
+    assert uuid5_of(name) == expected
+    assert str(uuid5_of(name)) == str(expected)
+    assert uuid5_str(name) == str(expected)
+
+
+@native
+def test_the_fold_runs_the_c_ids() -> None:
+    assert ids._native_int is uuid5_int
+    assert ids._native_text is uuid5_text
+
+
+@native
+def test_a_name_utf8_cannot_encode_is_refused_as_encode_refuses_it() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        "\ud800".encode()
+    with pytest.raises(UnicodeEncodeError):
+        uuid5_int(ENGRAM_NAMESPACE.bytes, "a\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        uuid5_text(ENGRAM_NAMESPACE.bytes, "a\ud800")
+
+
+@native
+@pytest.mark.parametrize(
+    "args",
+    [(b"short", "name"), (ENGRAM_NAMESPACE.bytes, b"name"), ("x" * 16, "name"), (b"x" * 16,)],
+)
+def test_what_cannot_be_hashed_is_refused(args: tuple[object, ...]) -> None:
+    with pytest.raises(TypeError, match="16 bytes of a namespace, a str name"):
+        uuid5_int(*args)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="16 bytes of a namespace, a str name"):
+        uuid5_text(*args)  # type: ignore[arg-type]
+
+
+@given(st.uuids())
+def test_canonical_text_is_the_text_of_the_uuid(value: uuid.UUID) -> None:
+    for text in (str(value), str(value).upper(), value.hex, f"{{{value}}}", value.urn):
+        assert canonical_text(text) == str(uuid.UUID(text))
+
+
+@pytest.mark.parametrize(
+    "text", ["", "not a uuid", "8f7d6b9e-3c1a-5e2f-9b4d-2a6c8e0f1b3", "g" * 32]
+)
+def test_canonical_text_refuses_what_uuid_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        uuid.UUID(text)
+    with pytest.raises(ValueError):
+        canonical_text(text)
