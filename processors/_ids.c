@@ -9,10 +9,14 @@
    The Python (processors/ids.py: reference_uuid5_int) makes a hash object, the bytes of
    namespace and name joined, the digest, then an int of it, shifted and masked: about
    7 000 instructions an id, where hashing ~60 bytes is one 64-byte block. Here it is
-   the block, an int and no object else (the text: one str).
+   the block (some 2 700 instructions: SHA-1's 80 steps), then an int or a str.
 
-   tests/unit/test_ids_native.py holds both to uuid.uuid5 on drawn names, at every
-   length around the blocks' boundaries. */
+   text_of(value) is str(UUID(int=value)), the text of the fold's source ids, where the
+   Python (schemas/uuids.py: canonical) formats the int's bytes in hexadecimal and
+   slices it: about 3 700 instructions an id, 400 here.
+
+   tests/unit/test_ids_native.py holds the first two to uuid.uuid5 on drawn names, at
+   every length around the blocks' boundaries, and text_of to str(UUID(int=...)). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -148,13 +152,10 @@ uuid5_int(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyObject *
-uuid5_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+text_of_bytes(const unsigned char bytes[16])
 {
-    (void)module;
+    /* str(UUID(bytes=bytes)): lower-case hexadecimal, hyphens at 8, 13, 18, 23 */
     static const char digits[] = "0123456789abcdef";
-    unsigned char bytes[16];
-    if (uuid5_bytes(args, nargs, bytes) < 0)
-        return NULL;
     PyObject *text = PyUnicode_New(36, 127);
     if (text == NULL)
         return NULL;
@@ -168,11 +169,59 @@ uuid5_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return text;
 }
 
+static PyObject *
+uuid5_text(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    unsigned char bytes[16];
+    if (uuid5_bytes(args, nargs, bytes) < 0)
+        return NULL;
+    return text_of_bytes(bytes);
+}
+
+static void
+put_be64(unsigned char *p, uint64_t value)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(value >> (56 - 8 * i));
+}
+
+static PyObject *
+text_of(PyObject *module, PyObject *value)
+{
+    /* str(UUID(int=value)); OverflowError, as value.to_bytes(16) raises it, for a
+       negative value or one of more than 128 bits */
+    (void)module;
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "text_of(value): value is an int");
+        return NULL;
+    }
+    unsigned long long low = PyLong_AsUnsignedLongLongMask(value);
+    if (low == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    PyObject *shift = PyLong_FromLong(64);
+    if (shift == NULL)
+        return NULL;
+    PyObject *shifted = PyNumber_Rshift(value, shift);
+    Py_DECREF(shift);
+    if (shifted == NULL)
+        return NULL;
+    unsigned long long high = PyLong_AsUnsignedLongLong(shifted);
+    Py_DECREF(shifted);
+    if (high == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned char bytes[16];
+    put_be64(bytes, high);
+    put_be64(bytes + 8, low);
+    return text_of_bytes(bytes);
+}
+
 static PyMethodDef methods[] = {
     {"uuid5_int", (PyCFunction)(void (*)(void))uuid5_int, METH_FASTCALL,
      "uuid5_int(namespace, name) -> int: uuid.uuid5's int (namespace: its 16 bytes)."},
     {"uuid5_text", (PyCFunction)(void (*)(void))uuid5_text, METH_FASTCALL,
      "uuid5_text(namespace, name) -> str: uuid.uuid5's text (namespace: its bytes)."},
+    {"text_of", text_of, METH_O, "text_of(value) -> str: str(UUID(int=value))."},
     {NULL, NULL, 0, NULL},
 };
 

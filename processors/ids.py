@@ -43,6 +43,13 @@ def reference_uuid5_int(name: str) -> int:
     return value & _CLEAR | _SET
 
 
+def text_of(value: int) -> str:
+    """``str(UUID(int=value))`` (``schemas.uuids.canonical``, in C where it is built)."""
+    if _native_text_of is not None:
+        return _native_text_of(value)
+    return canonical(value)
+
+
 def canonical_text(text: str) -> str:
     """``str(UUID(text))``: ``text`` itself when it is already in that form (the usual
     case: a turn's id as the fold wrote it), without building the UUID. Raises
@@ -59,8 +66,10 @@ def derived_id(source_event_id: UUID, idx: int) -> UUID:
 
 _native_int: Callable[[bytes, str], int] | None
 _native_text: Callable[[bytes, str], str] | None
+_native_text_of: Callable[[int], str] | None
 try:
+    from processors._ids import text_of as _native_text_of
     from processors._ids import uuid5_int as _native_int
     from processors._ids import uuid5_text as _native_text
 except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
-    _native_int = _native_text = None
+    _native_int = _native_text = _native_text_of = None

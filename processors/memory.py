@@ -29,7 +29,7 @@ from processors.erasure import (
     purge_sessions,
 )
 from processors.facts import Facts
-from processors.ids import uuid5_of
+from processors.ids import text_of, uuid5_of
 from processors.memories import Change, Memories
 from processors.persona import Persona
 from processors.rebase import Past, RebaseRefused, Replayed, fold_past, rebase_changes, rename
@@ -72,7 +72,6 @@ from schemas import (
     WorkingSet,
     WorkingUpdated,
 )
-from schemas.uuids import canonical
 
 Scoped = tuple[type[DerivedEvent], Model, str | None, str | None]
 """A change with the session and user it belongs to."""
@@ -283,7 +282,7 @@ class AgentMemory:
         self, event: Event, fields: dict[str, Any], source: UUID
     ) -> tuple[DerivedEvent, ...]:
         """The derived events of ``event``, whose ``__dict__`` is ``fields``."""
-        name = canonical(source.int)  # str(source), without the call to UUID.__str__
+        name = text_of(source.int)  # str(source), without the call to UUID.__str__
         return self._build(self._changes(event, name, fields), fields, source, name)
 
     def _build(

@@ -1,6 +1,7 @@
 """``processors._ids``: the C extension that makes the fold's name-based UUIDs gives
 what ``uuid.uuid5`` gives (and the Python reference, ``reference_uuid5_int``), at every
-length around SHA-1's 64-byte blocks, and refuses what it cannot hash."""
+length around SHA-1's 64-byte blocks, and refuses what it cannot hash; and a UUID's
+text from its int, as ``str(UUID(int=...))``."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from processors.ids import (
     ENGRAM_NAMESPACE,
     canonical_text,
     reference_uuid5_int,
+    text_of,
     uuid5_of,
     uuid5_str,
 )
+from schemas.uuids import canonical
 
 PURE = os.environ.get("ENGRAM_PURE_PYTHON") == "1"
 native = pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: no C extension built")
 
 if not PURE:
+    from processors._ids import text_of as c_text_of
     from processors._ids import uuid5_int, uuid5_text
 
 NAMES = st.one_of(
@@ -66,6 +70,7 @@ def test_the_fold_ids_are_uuid5(name: str) -> None:
 def test_the_fold_runs_the_c_ids() -> None:
     assert ids._native_int is uuid5_int
     assert ids._native_text is uuid5_text
+    assert ids._native_text_of is c_text_of
 
 
 @native
@@ -104,3 +109,29 @@ def test_canonical_text_refuses_what_uuid_refuses(text: str) -> None:
         uuid.UUID(text)
     with pytest.raises(ValueError):
         canonical_text(text)
+
+
+@given(st.integers(0, 2**128 - 1))
+def test_the_text_of_an_int_is_the_text_of_its_uuid(value: int) -> None:
+    assert text_of(value) == str(uuid.UUID(int=value))
+
+
+@native
+@given(st.integers(0, 2**128 - 1))
+def test_the_c_text_of_is_canonical(value: int) -> None:
+    assert c_text_of(value) == canonical(value) == str(uuid.UUID(int=value))
+
+
+@native
+@pytest.mark.parametrize("value", [-1, 2**128, 2**200, -(2**70)])
+def test_what_has_no_16_bytes_is_refused_as_to_bytes_refuses_it(value: int) -> None:
+    with pytest.raises(OverflowError):
+        canonical(value)
+    with pytest.raises(OverflowError):
+        c_text_of(value)
+
+
+@native
+def test_only_an_int_has_a_text() -> None:
+    with pytest.raises(TypeError, match="value is an int"):
+        c_text_of("1")  # type: ignore[arg-type]
