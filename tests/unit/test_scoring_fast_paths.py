@@ -348,3 +348,16 @@ def test_stable_first_characters_leave_nfkc_a_boundary_before_them() -> None:
         for end in [*"a.!?;:。！？；：¨<=", "\u0301", "\u3099", "\u1100", "가"]:
             nfkc = functools.partial(unicodedata.normalize, "NFKC")
             assert nfkc(end + head + "\u0301x") == nfkc(end) + nfkc(head + "\u0301x")
+
+
+@given(
+    st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 0.0005, -0.0005, 1.0005, 2.5e-4])),
+    st.sampled_from([(1.0, 10.0), (-1.0, 1.0), (0.0, 1.0), (-0.0, 0.0)]),
+)
+def test_a_remembered_rounding_is_the_rounding(value: float, bounds: tuple[float, float]) -> None:
+    low, high = bounds
+    expected = round(min(max(value, low), high), 3)
+    for _ in range(2):  # the second time from memory
+        got = _clamp(value, low, high)
+        assert got == expected or (math.isnan(got) and math.isnan(expected))
+        assert math.copysign(1.0, got) == math.copysign(1.0, expected)
