@@ -8,7 +8,7 @@ characters of keys, so a worker's memory stays bounded however many texts it mee
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -18,14 +18,19 @@ class Memo(Generic[V]):
     """Text -> value, the oldest forgotten first past ``size`` entries or ``chars``
     characters of keys; keys longer than ``longest`` are not kept."""
 
-    __slots__ = ("chars", "held", "longest", "size", "values")
+    __slots__ = ("chars", "held", "longest", "order", "size", "values")
 
     def __init__(self, size: int, chars: int, longest: int) -> None:
         self.size = size
         self.chars = chars
         self.longest = longest
         self.held = 0
-        self.values: OrderedDict[str, V] = OrderedDict()
+        self.values: dict[str, V] = {}
+        """The entries: a plain dict, whose lookups compiled code makes natively (an
+        ``OrderedDict``'s ``get`` was a method call)."""
+        self.order: deque[str] = deque()
+        """The keys, oldest first (a dict's oldest key is slow to find once keys
+        have left it from the front)."""
 
     def get(self, key: str) -> V | None:
         return self.values.get(key)
@@ -36,9 +41,11 @@ class Memo(Generic[V]):
             return
         values = self.values
         values[key] = value
+        self.order.append(key)
         self.held += len(key)
         while len(values) > self.size or self.held > self.chars:
-            old, _ = values.popitem(last=False)
+            old = self.order.popleft()
+            del values[old]
             self.held -= len(old)
 
     def __len__(self) -> int:

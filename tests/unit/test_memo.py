@@ -36,5 +36,6 @@ def test_what_a_memo_holds_is_what_was_put_and_stays_within_bounds(
             memo.put(key, value)
             first.setdefault(key, value)
         assert len(memo) <= 7 and sum(map(len, memo.values)) <= 20
+        assert list(memo.order) == list(memo.values)  # the keys, oldest first
     for key in first:
         assert memo.get(key) in (None, *[v for k, v in puts if k == key])
