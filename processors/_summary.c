@@ -42,6 +42,7 @@ static PyObject *math_log;
 static PyObject *math_fsum;
 static PyObject *space;
 static PyObject *empty;
+static PyObject *weight_names[4]; /* the weights' and the redundancy's, interned */
 
 typedef struct {
     PyObject *key; /* borrowed: held by the pieces tuple */
@@ -161,10 +162,10 @@ read_piece(PyObject *item, Piece *piece)
 }
 
 static double
-weight(PyObject *params, const char *name)
+weight(PyObject *params, PyObject *name)
 {
     /* params.<name> as a double; -1.0 with an exception set on failure */
-    PyObject *value = PyObject_GetAttrString(params, name);
+    PyObject *value = PyObject_GetAttr(params, name);
     if (value == NULL)
         return -1.0;
     double read = PyFloat_AsDouble(value);
@@ -532,14 +533,12 @@ static int
 read_weights(PyObject *params, double *weights, double *redundancy)
 {
     /* tf, position and importance weights, and the redundancy, of params */
-    static const char *names[] = {"summary_tf_weight", "summary_position_weight",
-                                  "summary_importance_weight"};
     for (int i = 0; i < 3; i++) {
-        weights[i] = weight(params, names[i]);
+        weights[i] = weight(params, weight_names[i]);
         if (weights[i] == -1.0 && PyErr_Occurred())
             return -1;
     }
-    *redundancy = weight(params, "summary_redundancy");
+    *redundancy = weight(params, weight_names[3]);
     return *redundancy == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
@@ -656,6 +655,11 @@ PyInit__summary(void)
     Py_DECREF(math);
     space = PyUnicode_InternFromString(" ");
     empty = PyUnicode_New(0, 0);
+    static const char *names[4] = {"summary_tf_weight", "summary_position_weight",
+                                   "summary_importance_weight", "summary_redundancy"};
+    for (int i = 0; i < 4; i++)
+        if ((weight_names[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return NULL;
     if (math_log == NULL || math_fsum == NULL || space == NULL || empty == NULL ||
         read_logs() < 0)
         return NULL;
