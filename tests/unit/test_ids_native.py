@@ -6,7 +6,9 @@ text from its int, as ``str(UUID(int=...))``."""
 from __future__ import annotations
 
 import os
+import platform
 import uuid
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -27,8 +29,8 @@ PURE = os.environ.get("ENGRAM_PURE_PYTHON") == "1"
 native = pytest.mark.skipif(PURE, reason="ENGRAM_PURE_PYTHON=1: no C extension built")
 
 if not PURE:
+    from processors._ids import portable, uuid5_int, uuid5_text
     from processors._ids import text_of as c_text_of
-    from processors._ids import uuid5_int, uuid5_text
 
 NAMES = st.one_of(
     st.text(max_size=300),
@@ -38,13 +40,29 @@ NAMES = st.one_of(
 )
 
 
+def both_ways(check: Callable[[], None]) -> None:
+    """``check()`` with SHA-1 in portable C, then with the CPU's SHA extensions (where
+    it has them: else portable again)."""
+    before = portable()
+    try:
+        for on in (True, False):
+            portable(on)
+            check()
+    finally:
+        portable(before)
+
+
 @native
 @given(NAMES, st.uuids())
 @settings(max_examples=500)
 def test_the_c_uuid5_is_uuid5(name: str, namespace: uuid.UUID) -> None:
     expected = uuid.uuid5(namespace, name)
-    assert uuid5_int(namespace.bytes, name) == expected.int
-    assert uuid5_text(namespace.bytes, name) == str(expected)
+
+    def check() -> None:
+        assert uuid5_int(namespace.bytes, name) == expected.int
+        assert uuid5_text(namespace.bytes, name) == str(expected)
+
+    both_ways(check)
 
 
 @native
@@ -53,7 +71,25 @@ def test_every_length_around_the_blocks(length: int) -> None:
     # 16 bytes of namespace before the name: 55 and 56 bytes of message end the first
     # block with its length or push the length into a second one
     name = "n" * length
-    assert uuid5_int(ENGRAM_NAMESPACE.bytes, name) == uuid.uuid5(ENGRAM_NAMESPACE, name).int
+    expected = uuid.uuid5(ENGRAM_NAMESPACE, name).int
+    both_ways(lambda: _equal(uuid5_int(ENGRAM_NAMESPACE.bytes, name), expected))
+
+
+def _equal(got: object, expected: object) -> None:
+    assert got == expected
+
+
+@native
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo"), reason="no /proc/cpuinfo")
+def test_the_cpu_sha_extensions_are_used_where_it_has_them() -> None:
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = {f for line in cpuinfo if line.startswith("flags") for f in line.split()}
+    if platform.machine() == "x86_64" and {"sha_ni", "ssse3", "sse4_1"} <= flags:
+        assert portable() is False
+    else:
+        assert portable() is True
+    assert portable(True) is True
+    portable(False)
 
 
 @given(NAMES)
