@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from itertools import chain
 from operator import add
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from processors.memo import Memo
 from processors.sentences import sentences_and_gaps
@@ -511,10 +511,28 @@ class _Memo(NamedTuple):
 _MEMOS: dict[int, _Memo] = {}
 
 
+class _Last:
+    """The parameters :func:`_memo_of` was last asked for, and their entry: a native
+    object, read without the lookups by id (a fold asks for one ``params`` at a time,
+    some thirty thousand times in ten thousand events)."""
+
+    __slots__ = ("entry", "params")
+
+    def __init__(self) -> None:
+        self.params: ScoringParams | None = None
+        self.entry: _Memo | None = None
+
+
+_LAST: Final = _Last()
+
+
 def _memo_of(params: ScoringParams) -> _Memo:
     """The lexicons of ``params`` and the texts and sentences it has read, found by
     identity: a copy of ``params`` (``model_copy(update=...)``) gets its own; each entry
     holds its ``params``, so the id is not reused while the entry lives."""
+    last = _LAST.entry
+    if last is not None and _LAST.params is params:
+        return last
     entry = _MEMOS.get(id(params))
     if entry is None or entry.params is not params:
         if len(_MEMOS) >= 64:
@@ -522,6 +540,8 @@ def _memo_of(params: ScoringParams) -> _Memo:
         texts: Memo[Analysis] = Memo(MEMO_TEXTS, MEMO_TOTAL_CHARS, MEMO_CHARS)
         sentences: Memo[_Part] = Memo(MEMO_SENTENCES, MEMO_TOTAL_CHARS, MEMO_CHARS)
         entry = _MEMOS[id(params)] = _Memo(params, Reading.of(params), texts, sentences)
+    _LAST.params = params
+    _LAST.entry = entry
     return entry
 
 
