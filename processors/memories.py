@@ -12,7 +12,7 @@ the threshold is forgotten (it leaves recall and the fold's state; history keeps
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from processors.build import fields, trusted, updated
 from processors.forgetting import (
@@ -42,25 +42,56 @@ from schemas import (
 )
 
 
-class NewMemory(NamedTuple):
+class NewMemory:
     """A memory a processor wants created; the registry gives it a trace.
 
-    Immutable; a named tuple rather than a frozen dataclass because one is made for
-    every important turn and every episode, and it is built several times faster.
-    """
+    Not changed once made. A class of its own with slots, not a named tuple: compiled,
+    it is made and read natively (a named tuple's ``__new__`` is Python, its fields
+    read by name through the generic attribute lookup), and one is made for every
+    important turn and every episode."""
 
-    memory_id: str
-    layer: Literal["L2", "L3"]
-    kind: Kind
-    text: str
-    importance: float
-    sentiment: float
-    confidence: float
-    entities: list[str]
-    sources: list[str]
-    at: datetime
-    user_id: str | None
-    session_id: str | None = None
+    __slots__ = (
+        "at",
+        "confidence",
+        "entities",
+        "importance",
+        "kind",
+        "layer",
+        "memory_id",
+        "sentiment",
+        "session_id",
+        "sources",
+        "text",
+        "user_id",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        memory_id: str,
+        layer: Literal["L2", "L3"],
+        kind: Kind,
+        text: str,
+        importance: float,
+        sentiment: float,
+        confidence: float,
+        entities: list[str],
+        sources: list[str],
+        at: datetime,
+        user_id: str | None,
+        session_id: str | None = None,
+    ) -> None:
+        self.memory_id = memory_id
+        self.layer: Literal["L2", "L3"] = layer
+        self.kind: Kind = kind
+        self.text = text
+        self.importance = importance
+        self.sentiment = sentiment
+        self.confidence = confidence
+        self.entities = entities
+        self.sources = sources
+        self.at = at
+        self.user_id = user_id
+        self.session_id = session_id
 
 
 Change = tuple[type[DerivedEvent], Model]
