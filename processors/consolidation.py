@@ -54,7 +54,7 @@ class Consolidation:
     def add(self, episode: EpisodeBody, user_id: str | None) -> None:
         start = self.window_start(episode.ended_at)
         key = (user_id or "", start)
-        window = self.windows.get(key) or Window(user_id=user_id, start=start)
+        window = self.windows.get(key) or _window(user_id, start)
         entry = trusted(
             WindowEpisode,
             {
@@ -118,3 +118,16 @@ class Consolidation:
 
 
 _ENTRY_GIVEN = fields(WindowEpisode.model_fields)
+_WINDOW_GIVEN = fields(["user_id", "start"])
+
+
+def _window(user_id: str | None, start: datetime) -> Window:
+    """``Window(user_id=user_id, start=start)``, not validated when it is valid already
+    (a window's start is whole seconds of UTC, :meth:`Consolidation.window_start`):
+    validating it cost some 30 000 instructions, a tenth of a closing episode's."""
+    if start.tzinfo is UTC and not start.microsecond % 1000 and type(user_id) in _USERS:
+        return trusted(Window, {"user_id": user_id, "start": start, "episodes": []}, _WINDOW_GIVEN)
+    return Window(user_id=user_id, start=start)
+
+
+_USERS = frozenset({str, type(None)})

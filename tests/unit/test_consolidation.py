@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processors import AgentMemory, MemoryConfig
+from processors.consolidation import Consolidation, _window
+from processors.scoring import DEFAULT_PARAMS
+from processors.state import ConsolidationParams, ConsolidationState, Window
 from schemas import (
     ClockTicked,
     Event,
@@ -108,3 +111,28 @@ def test_a_flashbulb_memory_is_never_forgotten(
     assert flashbulb, "importance above 8 and |sentiment| at least 0.7 is promoted"
     forgotten = {d.body.memory_id for d in derived if isinstance(d, MemoryForgotten)}
     assert not flashbulb & forgotten
+
+
+@given(
+    st.one_of(st.none(), st.text(max_size=8)),
+    st.datetimes(
+        min_value=datetime(1971, 1, 1),
+        max_value=datetime(2200, 1, 1),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=9))]),
+    ),
+    st.booleans(),
+)
+def test_a_window_built_unvalidated_is_the_validated_window(
+    user_id: str | None, at: datetime, whole: bool
+) -> None:
+    start = Consolidation(ConsolidationState(), ConsolidationParams(), DEFAULT_PARAMS).window_start(
+        at
+    )
+    if not whole:  # a start that validation changes: built validated
+        start = at
+    built = _window(user_id, start)
+    expected = Window(user_id=user_id, start=start)
+    assert built == expected
+    assert built.model_fields_set == expected.model_fields_set
+    assert built.model_dump_json() == expected.model_dump_json()
+    assert built.start.tzinfo is expected.start.tzinfo
