@@ -25,7 +25,7 @@ from operator import add
 from typing import Final, NamedTuple
 
 from processors.memo import Memo
-from processors.sentences import sentences_and_gaps
+from processors.sentences import remembered_sentences_and_gaps
 from processors.state import ScoringParams
 
 CJK = (
@@ -573,7 +573,7 @@ def _read(text: str, params: ScoringParams, memo: Memo[_Part]) -> _Part:
     (:func:`~processors.sentences.sentences_and_gaps`) when they add up to what reading
     the text at once gives (:func:`_adds_up`), else the text read at once."""
     if reading(params).apart:
-        sentences, gaps = sentences_and_gaps(text)
+        sentences, gaps = remembered_sentences_and_gaps(text)
         if len(sentences) == 1 and not gaps[0] and text.endswith(sentences[0]):
             return _sentence_part(text, params, memo)  # the text is its one sentence
         if sentences:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from processors.memo import Memo
+
 _BREAK = re.compile(
     r"([。！？；!?….\n]"  # first the class, so that the regex engine skips to it
     r"(?:(?<=[。！？；!?…])(?![。！？；!?…」』”’\"')）\]])"  # a mark, not repeated or quoted
@@ -47,6 +49,22 @@ def sentences_and_gaps(text: str) -> tuple[list[str], list[str]]:
     if _native_gaps is not None:
         return _native_gaps(text)
     return reference_sentences_and_gaps(text)
+
+
+def remembered_sentences_and_gaps(text: str) -> tuple[list[str], list[str]]:
+    """:func:`sentences_and_gaps`, remembered by text (a pure function): the scorer
+    reads a turn's text as it comes (:func:`~processors.scoring.analysis`), the
+    summariser cuts the same text into its sentences when its episode closes or its
+    working memory is compressed. The lists are shared: they must not be changed."""
+    found = _SPLITS.get(text)
+    if found is None:
+        found = sentences_and_gaps(text)
+        _SPLITS.put(text, found)
+    return found
+
+
+_SPLITS: Memo[tuple[list[str], list[str]]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
+"""The sentences and gaps of texts, the oldest forgotten first."""
 
 
 def reference_split_sentences(text: str) -> list[str]:

@@ -17,6 +17,7 @@ from itertools import compress, pairwise
 from processors.memo import Memo
 from processors.scoring import CJK, DEFAULT_PARAMS, score_text, tokenize
 from processors.sentences import iter_sentences as iter_sentences  # re-exported
+from processors.sentences import remembered_sentences_and_gaps
 from processors.sentences import split_sentences as split_sentences  # re-exported
 from processors.state import ScoringParams
 
@@ -164,13 +165,14 @@ _TERMS: Memo[frozenset[str]] = Memo(size=65536, chars=1 << 22, longest=512)
 
 
 def _pieces(content: str) -> tuple[_Piece, ...]:
-    """The sentences of ``content`` (:func:`split_sentences`) with their terms and wide
-    ends, remembered (a pure function)."""
+    """The sentences of ``content`` (:func:`split_sentences`: the scorer's, remembered,
+    :func:`~processors.sentences.remembered_sentences_and_gaps`) with their terms and
+    wide ends, remembered (a pure function)."""
     found = _PIECES.get(content)
     if found is None:
         found = tuple(
             (text, _terms(text), _is_wide(text[0]), _is_wide(text[-1]))
-            for text in split_sentences(content)
+            for text in remembered_sentences_and_gaps(content)[0]
         )
         _PIECES.put(content, found)
     return found

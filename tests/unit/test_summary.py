@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processors.scoring import DEFAULT_PARAMS
-from processors.sentences import sentences_and_gaps
+from processors.sentences import remembered_sentences_and_gaps, sentences_and_gaps
 from processors.state import ScoringParams
 from processors.summary import (
     _WIDE,
@@ -345,3 +345,10 @@ def test_a_near_fit_reads_every_saying() -> None:
 def test_the_logs_of_frequencies_are_math_log() -> None:
     """The table of logs gives ``math.log``'s very floats, below it and above it."""
     assert all(_log(count) == math.log(count) for count in range(1, 3000))
+
+
+@given(CONTENT)
+def test_the_remembered_sentences_are_the_sentences(text: str) -> None:
+    first = remembered_sentences_and_gaps(text)
+    assert first == sentences_and_gaps(text)
+    assert remembered_sentences_and_gaps(text) == first
