@@ -217,6 +217,8 @@ uuid5_bytes(PyObject *const *args, Py_ssize_t nargs, unsigned char out[16])
     return 0;
 }
 
+static PyObject *sixty_four; /* the shift between an int's high and low 64 bits */
+
 static uint64_t
 be64(const unsigned char *p)
 {
@@ -232,16 +234,14 @@ uuid5_int(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *high = PyLong_FromUnsignedLongLong(be64(bytes));
     PyObject *low = PyLong_FromUnsignedLongLong(be64(bytes + 8));
-    PyObject *shift = PyLong_FromLong(64);
     PyObject *shifted = NULL;
     PyObject *value = NULL;
-    if (high != NULL && low != NULL && shift != NULL)
-        shifted = PyNumber_Lshift(high, shift);
+    if (high != NULL && low != NULL)
+        shifted = PyNumber_Lshift(high, sixty_four);
     if (shifted != NULL)
         value = PyNumber_Or(shifted, low);
     Py_XDECREF(high);
     Py_XDECREF(low);
-    Py_XDECREF(shift);
     Py_XDECREF(shifted);
     return value;
 }
@@ -294,11 +294,7 @@ text_of(PyObject *module, PyObject *value)
     unsigned long long low = PyLong_AsUnsignedLongLongMask(value);
     if (low == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
-    PyObject *shift = PyLong_FromLong(64);
-    if (shift == NULL)
-        return NULL;
-    PyObject *shifted = PyNumber_Rshift(value, shift);
-    Py_DECREF(shift);
+    PyObject *shifted = PyNumber_Rshift(value, sixty_four);
     if (shifted == NULL)
         return NULL;
     unsigned long long high = PyLong_AsUnsignedLongLong(shifted);
@@ -363,5 +359,8 @@ PyInit__ids(void)
 #if HAVE_SHA_NI
     use_sha_ni = cpu_has_sha_ni();
 #endif
+    sixty_four = PyLong_FromLong(64);
+    if (sixty_four == NULL)
+        return NULL;
     return PyModule_Create(&module_def);
 }
