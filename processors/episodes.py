@@ -78,7 +78,7 @@ class EpisodeOutput:
     memories: list[NewMemory]
 
 
-NOTHING: tuple[list[EpisodeBody], list[NewMemory]] = ([], [])
+NOTHING: Final[tuple[list[EpisodeBody], list[NewMemory]]] = ([], [])
 """What most events make: no closed episode, no memory (never mutated)."""
 
 
@@ -311,4 +311,4 @@ class _Open:
 
 _TURN_FIELDS = tuple(EpisodeTurn.model_fields)
 _TURN_GIVEN = fields(_TURN_FIELDS)
-_BODY_GIVEN = fields(EpisodeBody.model_fields)
+_BODY_GIVEN: Final = fields(EpisodeBody.model_fields)

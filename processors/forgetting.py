@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from fsrs import Card, Rating, Scheduler, State
 
@@ -82,8 +82,8 @@ def new_trace(importance: float, at: datetime, params: ForgettingParams) -> Trac
     return trusted(Trace, values, _NEW_GIVEN)  # _bounded(strength), inline
 
 
-_NEW_GIVEN = fields({"strength_days", "last_reinforced_at"})
-_NEW_FSRS_GIVEN = fields({"strength_days", "last_reinforced_at", "card"})
+_NEW_GIVEN: Final = fields({"strength_days", "last_reinforced_at"})
+_NEW_FSRS_GIVEN: Final = fields({"strength_days", "last_reinforced_at", "card"})
 
 
 def _trace(strength: float, at: datetime, card: FsrsCard | None, given: set[str]) -> Trace:

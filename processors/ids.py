@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from hashlib import sha1
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from schemas.uuids import CANONICAL, canonical, of_int
@@ -17,9 +17,9 @@ except ImportError:  # pragma: no cover - another interpreter
 
 ENGRAM_NAMESPACE = UUID("8f7d6b9e-3c1a-5e2f-9b4d-2a6c8e0f1b3d")
 
-_NAMESPACE = ENGRAM_NAMESPACE.bytes
-_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
-_SET = (0x8000 << 48) | (5 << 76)
+_NAMESPACE: Final = ENGRAM_NAMESPACE.bytes
+_CLEAR: Final = ~((0xC000 << 48) | (0xF000 << 64))
+_SET: Final = (0x8000 << 48) | (5 << 76)
 
 
 def uuid5_of(name: str) -> UUID:
@@ -64,12 +64,17 @@ def derived_id(source_event_id: UUID, idx: int) -> UUID:
     return uuid5_of(f"{source_event_id}:{idx}")
 
 
-_native_int: Callable[[bytes, str], int] | None
-_native_text: Callable[[bytes, str], str] | None
-_native_text_of: Callable[[int], str] | None
-try:
-    from processors._ids import text_of as _native_text_of
-    from processors._ids import uuid5_int as _native_int
-    from processors._ids import uuid5_text as _native_text
-except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
-    _native_int = _native_text = _native_text_of = None
+def _load_native() -> Any:
+    """``processors._ids``, or None where it is not built (``ENGRAM_PURE_PYTHON=1``)."""
+    try:
+        import processors._ids as native
+    except ImportError:
+        return None
+    return native
+
+
+# final names: compiled code reads them without a lookup in the module's globals
+_NATIVE: Final = _load_native()
+_native_int: Final[Callable[[bytes, str], int] | None] = _NATIVE and _NATIVE.uuid5_int
+_native_text: Final[Callable[[bytes, str], str] | None] = _NATIVE and _NATIVE.uuid5_text
+_native_text_of: Final[Callable[[int], str] | None] = _NATIVE and _NATIVE.text_of

@@ -12,7 +12,7 @@ the threshold is forgotten (it leaves recall and the fold's state; history keeps
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from processors.build import fields, trusted, updated
 from processors.forgetting import (
@@ -111,11 +111,11 @@ def promotion(new: NewMemory, reason: Literal["flashbulb", "abstraction"]) -> Ch
 
 _ALWAYS = -(2**63)
 """A bound that every tick reaches: a memory that may be forgotten at any time."""
-_PROMOTED_GIVEN = fields(PromotedBody.model_fields)
-_ITEM_GIVEN = fields(MemoryItem.model_fields)
-_CREATED_GIVEN = fields(MemoryCreatedBody.model_fields)
-_STRENGTH_GIVEN = fields(StrengthChangeBody.model_fields)
-_FORGOTTEN_GIVEN = fields(ForgottenBody.model_fields)
+_PROMOTED_GIVEN: Final = fields(PromotedBody.model_fields)
+_ITEM_GIVEN: Final = fields(MemoryItem.model_fields)
+_CREATED_GIVEN: Final = fields(MemoryCreatedBody.model_fields)
+_STRENGTH_GIVEN: Final = fields(StrengthChangeBody.model_fields)
+_FORGOTTEN_GIVEN: Final = fields(ForgottenBody.model_fields)
 
 
 class Memories:

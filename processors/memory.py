@@ -76,7 +76,7 @@ from schemas import (
 Scoped = tuple[type[DerivedEvent], Model, str | None, str | None]
 """A change with the session and user it belongs to."""
 
-DERIVED_GIVEN = fields(
+DERIVED_GIVEN: Final = fields(
     {
         "event_id",
         "agent_id",
@@ -92,7 +92,7 @@ DERIVED_GIVEN = fields(
 )
 """The fields a derived event is built with (the others take their defaults)."""
 
-QUIET: frozenset[type[Event]] = frozenset(
+QUIET: Final[frozenset[type[Event]]] = frozenset(
     {InteractionRecorded, SessionStarted, SessionEnded, WorkingSet, SubjectErasureRequested}
 )
 """Event types that make no long-term change (no reinforcement, sweep, fact,
@@ -122,17 +122,19 @@ class Step:
         return f"Step(seq={self.seq!r}, derived={self.derived!r})"
 
 
-DUPLICATE = Step(None, ())
+DUPLICATE: Final = Step(None, ())
 
-_REBASES: frozenset[type[Event]] = frozenset({MemoryRolledBack, MemoryForked})
+_REBASES: Final[frozenset[type[Event]]] = frozenset({MemoryRolledBack, MemoryForked})
 
-_SKILL_GIVEN = fields(SkillBody.model_fields)
+_SKILL_GIVEN: Final = fields(SkillBody.model_fields)
 """A skill's record is a ``SkillBody`` field for field (``SkillBody(**record.model_dump())``)."""
 
-_TYPE: dict[type[DerivedEvent], str] = {kind: kind.TYPE for kind in DERIVED_TYPES}
+_TYPE: Final[dict[type[DerivedEvent], str]] = {kind: kind.TYPE for kind in DERIVED_TYPES}
 """Each derived type's ``type`` (a class attribute costs more to read on a model)."""
 
-_VERSION: dict[type[DerivedEvent], int] = {kind: kind.SCHEMA_VERSION for kind in DERIVED_TYPES}
+_VERSION: Final[dict[type[DerivedEvent], int]] = {
+    kind: kind.SCHEMA_VERSION for kind in DERIVED_TYPES
+}
 """Each derived type's current schema version, which its events declare."""
 
 

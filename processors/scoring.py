@@ -408,7 +408,7 @@ def _clamp(value: float, low: float, high: float) -> float:
     return rounded
 
 
-_ROUNDED: dict[float, float] = {}
+_ROUNDED: Final[dict[float, float]] = {}
 """:func:`_clamp`'s roundings (bounded: cleared when full)."""
 
 

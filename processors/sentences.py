@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Final
 
 from processors.memo import Memo
 
@@ -63,7 +64,7 @@ def remembered_sentences_and_gaps(text: str) -> tuple[list[str], list[str]]:
     return found
 
 
-_SPLITS: Memo[tuple[list[str], list[str]]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
+_SPLITS: Final[Memo[tuple[list[str], list[str]]]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
 """The sentences and gaps of texts, the oldest forgotten first."""
 
 

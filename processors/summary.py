@@ -13,6 +13,7 @@ import re
 from bisect import bisect
 from collections.abc import Callable, Sequence
 from itertools import compress, pairwise
+from typing import Final
 
 from processors.memo import Memo
 from processors.scoring import CJK, DEFAULT_PARAMS, score_text, tokenize
@@ -158,10 +159,10 @@ def _sentences(turns: Sequence[tuple[str, str]]) -> list[_Sentence]:
 
 _Piece = tuple[str, frozenset[str], bool, bool]
 """A :class:`_Sentence` but its position."""
-_PIECES: Memo[tuple[_Piece, ...]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
+_PIECES: Final[Memo[tuple[_Piece, ...]]] = Memo(size=16384, chars=1 << 22, longest=1 << 16)
 """The sentences of contents: a turn is summarised again with each compression of
 working memory, at its episode's close (and its sentences, in its day's consolidation)."""
-_TERMS: Memo[frozenset[str]] = Memo(size=65536, chars=1 << 22, longest=512)
+_TERMS: Final[Memo[frozenset[str]]] = Memo(size=65536, chars=1 << 22, longest=512)
 
 
 def _pieces(content: str) -> tuple[_Piece, ...]:
@@ -336,7 +337,7 @@ def _is_wide(char: str) -> bool:
     return wide
 
 
-_WIDE_CHARS: dict[str, bool] = {}
+_WIDE_CHARS: Final[dict[str, bool]] = {}
 """:func:`_is_wide` of the characters met (bounded: cleared when full)."""
 
 

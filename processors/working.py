@@ -35,6 +35,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Final
 
 from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS
@@ -253,11 +254,11 @@ class SessionWorking:
         )
 
 
-_BODY_GIVEN = fields(WorkingBody.model_fields)
+_BODY_GIVEN: Final = fields(WorkingBody.model_fields)
 _STATE_GIVEN = fields(SessionState.model_fields)
 _SUMMARY_GIVEN = fields({"event_id", "role", "content", "occurred_at", "tokens"})
-_TURN_GIVEN = fields(Turn.model_fields)
-_EXPIRED_GIVEN = fields({"size", "tokens", "cleared", "expired"})
+_TURN_GIVEN: Final = fields(Turn.model_fields)
+_EXPIRED_GIVEN: Final = fields({"size", "tokens", "cleared", "expired"})
 _FRESH_GIVEN = fields({"session_id", "turns", "last_at"})
 
 
@@ -492,8 +493,15 @@ class WorkingMemory:
         return [s.state() for s in self.sessions.values()]
 
 
-_native_tokens: Callable[[str], int] | None
-try:
-    from processors._text import estimate_tokens as _native_tokens
-except ImportError:  # installed without compiling (ENGRAM_PURE_PYTHON=1)
-    _native_tokens = None
+def _load_native_tokens() -> Callable[[str], int] | None:
+    """``processors._text.estimate_tokens``, or None where it is not built
+    (``ENGRAM_PURE_PYTHON=1``)."""
+    try:
+        from processors._text import estimate_tokens
+    except ImportError:
+        return None
+    return estimate_tokens
+
+
+_native_tokens: Final = _load_native_tokens()
+"""A final name: compiled code reads it without a lookup in the module's globals."""

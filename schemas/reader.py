@@ -61,20 +61,22 @@ _DICT: Final = _slots["__dict__"]
 _FIELDS: Final = _slots["__pydantic_fields_set__"]
 _EXTRA: Final = _slots["__pydantic_extra__"]
 _PRIVATE: Final = _slots["__pydantic_private__"]
+_BARE: Final = bare
+"""``bare`` as a final name: compiled code reads it without a lookup in the globals."""
 
 
 def trusted(cls: type[M], values: dict[str, Any], given: set[str]) -> M:
     """An instance of ``cls`` holding ``values`` (every field of ``cls``, in
     declaration order, with the types validation would give), with ``given`` as its
     ``model_fields_set``, not validated (see :mod:`processors.build`)."""
-    return bare(cls, _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
+    return _BARE(cls, _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
 
 
 def updated(model: M, changes: dict[str, Any]) -> M:
     """``model.model_copy(update=changes)`` for changes valid by construction."""
     values = {**model.__dict__, **changes}
     given = model.__pydantic_fields_set__ | changes.keys()
-    return bare(type(model), _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
+    return _BARE(type(model), _DICT, values, _FIELDS, given, _EXTRA, None, _PRIVATE, None)
 
 
 @mypyc_attr(native_class=False)

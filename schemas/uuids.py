@@ -28,6 +28,8 @@ from schemas.bare import bare
 _INT: Final = vars(UUID)["int"]
 _SAFE: Final = vars(UUID)["is_safe"]
 _UNKNOWN: Final = SafeUUID.unknown
+_BARE: Final = bare
+"""``bare`` as a final name: compiled code reads it without a lookup in the globals."""
 CANONICAL: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """``str(UUID(...))``'s form: lower-case hexadecimal digits, hyphens at 8, 13, 18, 23."""
 
@@ -65,15 +67,15 @@ def with_text(value: int, text: str) -> UUID:
     (``UUID(text).int == value``): a :class:`TextUUID` holding ``text`` when it is
     the canonical form (lowercase, hyphenated), else a plain ``UUID``."""
     if CANONICAL.fullmatch(text):
-        return bare(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, text)
-    return bare(UUID, _INT, value, _SAFE, _UNKNOWN)
+        return _BARE(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, text)
+    return _BARE(UUID, _INT, value, _SAFE, _UNKNOWN)
 
 
 def of_int(value: int) -> TextUUID:
     """The UUID of the 128-bit ``value``; its text is made when it is first asked for
     (what :func:`processors.ids.uuid5_of` makes: the pure fold never asks, the
     worker asks for a derived event's id at least twice)."""
-    return bare(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, "")
+    return _BARE(TextUUID, _INT, value, _SAFE, _UNKNOWN, _TEXT, "")
 
 
 def canonical(value: int) -> str:
