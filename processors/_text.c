@@ -28,6 +28,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 static int
 is_mark(Py_UCS4 c)
@@ -179,17 +180,48 @@ sentences_and_gaps(PyObject *module, PyObject *text)
     return Py_BuildValue("(NN)", sentences, gaps);
 }
 
-/* Whether c is in working.CJK's class (the ranges below, in its order). */
-static int
-is_wide(Py_UCS4 c)
+/* Whether c is in working.CJK's class (the ranges below, in its order). Each range is
+   one unsigned comparison and the ranges are or-ed without branches, so that the loops
+   below are vectorised (see the pragma): with SSE2, a two-byte text's characters are
+   counted eight at a time, a four-byte text's four. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize") /* clang vectorises at -O2 already */
+#endif
+
+#define WITHIN(c, lo, hi) ((uint32_t)((uint32_t)(c) - (lo)) <= (uint32_t)((hi) - (lo)))
+#define WITHIN16(c, lo, hi) ((uint16_t)((c) - (lo)) <= (uint16_t)((hi) - (lo)))
+
+#define IS_WIDE_BMP(c, within)                                                        \
+    (within(c, 0x1100, 0x11FF)     /* Hangul jamo */                                \
+     | within(c, 0x2E80, 0x2FDF)   /* CJK radicals, Kangxi radicals */              \
+     | within(c, 0x3000, 0x9FFF)   /* CJK punctuation, kana, ideographs */          \
+     | within(c, 0xAC00, 0xD7AF)   /* Hangul syllables */                           \
+     | within(c, 0xF900, 0xFAFF)   /* CJK compatibility ideographs */               \
+     | within(c, 0xFF00, 0xFFEF))  /* full-width and half-width forms */
+
+static Py_ssize_t
+wide_ucs2(const Py_UCS2 *data, Py_ssize_t n)
 {
-    return (c >= 0x1100 && c <= 0x11FF)      /* Hangul jamo */
-           || (c >= 0x2E80 && c <= 0x2FDF)   /* CJK radicals, Kangxi radicals */
-           || (c >= 0x3000 && c <= 0x9FFF)   /* CJK punctuation, kana, ideographs */
-           || (c >= 0xAC00 && c <= 0xD7AF)   /* Hangul syllables */
-           || (c >= 0xF900 && c <= 0xFAFF)   /* CJK compatibility ideographs */
-           || (c >= 0xFF00 && c <= 0xFFEF)   /* full-width and half-width forms */
-           || (c >= 0x20000 && c <= 0x3134F); /* CJK extensions B-H */
+    /* counted in 16-bit lanes: a 16-bit count a chunk of at most 32 768 characters */
+    Py_ssize_t wide = 0;
+    for (Py_ssize_t i = 0; i < n;) {
+        Py_ssize_t end = n - i > 32768 ? i + 32768 : n;
+        uint16_t chunk = 0;
+        for (; i < end; i++)
+            chunk += (uint16_t)IS_WIDE_BMP(data[i], WITHIN16);
+        wide += chunk;
+    }
+    return wide;
+}
+
+static Py_ssize_t
+wide_ucs4(const Py_UCS4 *data, Py_ssize_t n)
+{
+    Py_ssize_t wide = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        /* the BMP's ranges, and CJK extensions B-H */
+        wide += IS_WIDE_BMP(data[i], WITHIN) | WITHIN(data[i], 0x20000, 0x3134F);
+    return wide;
 }
 
 static PyObject *
@@ -204,12 +236,16 @@ estimate_tokens(PyObject *module, PyObject *text)
 #endif
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     Py_ssize_t wide = 0;
-    int kind = PyUnicode_KIND(text);
     /* every character of working.CJK is above 0xFF: none in a one-byte string */
-    if (kind != PyUnicode_1BYTE_KIND) {
-        const void *data = PyUnicode_DATA(text);
-        for (Py_ssize_t i = 0; i < n; i++)
-            wide += is_wide(PyUnicode_READ(kind, data, i));
+    switch (PyUnicode_KIND(text)) {
+    case PyUnicode_2BYTE_KIND:
+        wide = wide_ucs2(PyUnicode_2BYTE_DATA(text), n);
+        break;
+    case PyUnicode_4BYTE_KIND:
+        wide = wide_ucs4(PyUnicode_4BYTE_DATA(text), n);
+        break;
+    default:
+        break;
     }
     Py_ssize_t other = n - wide;
     return PyLong_FromSsize_t(wide + (other + 3) / 4);

@@ -95,6 +95,18 @@ def test_the_c_tokens_are_the_reference_on_every_code_point() -> None:
     for start in range(0, 0x110000, 4096):
         text = "".join(map(chr, range(start, min(start + 4096, 0x110000))))
         assert estimate_tokens(text) == reference_estimate_tokens(text), hex(start)
+        # the same characters in a four-byte string (one astral character makes it one)
+        wider = text + "\U0001f600"
+        assert estimate_tokens(wider) == reference_estimate_tokens(wider), hex(start)
+
+
+@pytest.mark.parametrize("length", [32767, 32768, 32769, 65535, 65536, 65537, 200_003])
+def test_the_c_tokens_count_long_wide_texts(length: int) -> None:
+    """Two-byte texts are counted in chunks of 16-bit counts: texts of only wide
+    characters around and beyond the chunk's and the count's limits."""
+    for text in ("我" * length, ("我" * 3 + "a") * (length // 4) + "ä"):
+        assert estimate_tokens(text) == reference_estimate_tokens(text)
+    assert estimate_tokens("我" * length) == length
 
 
 @given(TEXTS)
