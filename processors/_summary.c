@@ -75,14 +75,11 @@ table_init(Table *table, Py_ssize_t keys)
 }
 
 static Py_ssize_t
-table_id(Table *table, PyObject *key)
+table_id_hashed(Table *table, PyObject *key, Py_hash_t hash)
 {
-    /* the id of the str key (ids count from 0 in the order keys are first seen);
-       -1 with an exception set on failure. The table never fills: it is sized for
-       every key of the call. */
-    Py_hash_t hash = PyObject_Hash(key);
-    if (hash == -1)
-        return -1;
+    /* the id of the str key of hash ``hash`` (ids count from 0 in the order keys are
+       first seen); -1 with an exception set on failure. The table never fills: it is
+       sized for every key of the call. */
     for (Py_ssize_t i = (Py_ssize_t)((size_t)hash & (size_t)table->mask);;
          i = (i + 1) & table->mask) {
         Slot *slot = &table->slots[i];
@@ -99,6 +96,14 @@ table_id(Table *table, PyObject *key)
         if (PyErr_Occurred())
             return -1;
     }
+}
+
+static Py_ssize_t
+table_id(Table *table, PyObject *key)
+{
+    /* table_id_hashed of key's hash */
+    Py_hash_t hash = PyObject_Hash(key);
+    return hash == -1 ? -1 : table_id_hashed(table, key, hash);
 }
 
 typedef struct {
@@ -373,12 +378,33 @@ failed:
     return NULL;
 }
 
+#if PY_VERSION_HEX < 0x030D0000
+/* CPython before 3.13 exports the walk of a set's table, with each key's hash */
+#define WALK_SET_TABLE 1
+#endif
+
 static int
 read_terms(Call *call, Table *terms, Distinct *d, PyObject *set, Py_ssize_t *at)
 {
     /* the ids of the terms of set, stored from terms[*at] */
     d->start = *at;
     d->count = PySet_GET_SIZE(set);
+#ifdef WALK_SET_TABLE
+    Py_ssize_t pos = 0;
+    PyObject *term;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(set, &pos, &term, &hash)) { /* term: borrowed */
+        if (!PyUnicode_Check(term)) {
+            PyErr_SetString(PyExc_TypeError, "pick: a piece's terms are str");
+            return -1;
+        }
+        Py_ssize_t id = table_id_hashed(terms, term, hash);
+        if (id < 0)
+            return -1;
+        call->terms[(*at)++] = id;
+    }
+    return 0;
+#else
     PyObject *iterator = PyObject_GetIter(set);
     if (iterator == NULL)
         return -1;
@@ -398,6 +424,7 @@ read_terms(Call *call, Table *terms, Distinct *d, PyObject *set, Py_ssize_t *at)
     }
     Py_DECREF(iterator);
     return PyErr_Occurred() ? -1 : 0;
+#endif
 }
 
 static int

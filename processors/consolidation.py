@@ -22,7 +22,7 @@ from processors.state import (
     Window,
     WindowEpisode,
 )
-from processors.summary import summarise
+from processors.summary import summarise_texts
 from schemas import EpisodeBody
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -93,8 +93,8 @@ class Consolidation:
         scores = aggregate(
             [Scores(e.importance, e.sentiment, e.confidence) for e in episodes], self.scoring
         )
-        text = summarise(
-            [("summary", e.summary) for e in episodes],
+        text = summarise_texts(
+            [e.summary for e in episodes],
             max_chars=self.params.summary_chars,
             params=self.scoring,
         )

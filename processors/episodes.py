@@ -19,7 +19,7 @@ from processors.ids import canonical_text, uuid5_str
 from processors.memories import NewMemory
 from processors.scoring import DEFAULT_PARAMS, aggregate_values, analyse_turn, analysis
 from processors.state import EpisodeParams, EpisodesState, EpisodeTurn, OpenEpisode, ScoringParams
-from processors.summary import SUMMARISER_NAME, summarise
+from processors.summary import SUMMARISER_NAME, summarise_texts
 from schemas import ClockTicked, EpisodeBody, Event, InteractionRecorded, SessionEnded
 
 Cut = Literal["session_ended", "idle_gap", "turn_count"]
@@ -234,8 +234,8 @@ class Episodes:
         episode_id = memory_id_of("episode", self.agent_id, canonical_text(turns[0][EVENT_ID]))
         entities = list(dict.fromkeys(e for t in turns for e in t[ENTITIES]))[:20]
         sources = [t[EVENT_ID] for t in turns]
-        summary = summarise(
-            [(t[ROLE], t[CONTENT]) for t in turns],
+        summary = summarise_texts(
+            [t[CONTENT] for t in turns],
             max_chars=self.params.summary_chars,
             params=self.scoring,
         )

@@ -97,7 +97,15 @@ def summarise(
     their original order. If even the best sentence is too long, it is cut and ends
     with "…". Roles do not matter; empty input gives ``""``.
     """
-    pieces = [piece for _, content in turns for piece in _pieces(content)]
+    return summarise_texts([content for _, content in turns], max_chars=max_chars, params=params)
+
+
+def summarise_texts(
+    contents: Sequence[str], *, max_chars: int = 280, params: ScoringParams = DEFAULT_PARAMS
+) -> str:
+    """:func:`summarise` of turns whose contents are ``contents`` (roles do not matter):
+    what the fold calls, without a ``(role, content)`` pair made a turn."""
+    pieces = [piece for content in contents for piece in _pieces(content)]
     if not pieces or max_chars <= 0:
         return ""
     if _native_pick is not None:

@@ -41,7 +41,7 @@ from processors.build import fields, trusted, updated
 from processors.scoring import DEFAULT_PARAMS
 from processors.sentences import iter_sentences
 from processors.state import ScoringParams, SessionState, WorkingParams
-from processors.summary import summarise
+from processors.summary import summarise_texts
 from schemas import (
     ClockTicked,
     Event,
@@ -175,8 +175,8 @@ class SessionWorking:
 
     def _summary(self, turns: list[Turn]) -> Turn | None:
         """One entry summarising ``turns`` (dated and named by the newest of them)."""
-        text = summarise(
-            [(t.role, t.content) for t in turns],
+        text = summarise_texts(
+            [t.content for t in turns],
             max_chars=self.params.summary_chars,
             params=self.scoring,
         )
