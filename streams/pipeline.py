@@ -693,6 +693,8 @@ class Flusher:
         self.task: asyncio.Future[None] | None = None
         self.last_add = time.monotonic()
         self.unacked: list[Any] = []  # flushed, waiting for their agents' states
+        self.flushing = 0
+        """The messages of the group being flushed (0 between flushes)."""
 
     async def add(self, result: FoldResult, messages: Sequence[Any]) -> None:
         self.last_add = time.monotonic()
@@ -701,6 +703,11 @@ class Flusher:
             self.task = asyncio.ensure_future(self._flush_all())
         elif len(self.pending.messages) >= self.max_pending:
             await self.drain(save_all=False)
+
+    @property
+    def waiting(self) -> int:
+        """Messages folded whose history is not written yet: pending, or being flushed."""
+        return len(self.pending.messages) + self.flushing
 
     async def drain(self, *, save_all: bool = True) -> None:
         """Flush everything added; with ``save_all``, then save every agent state not
@@ -755,6 +762,15 @@ class Flusher:
             await self._flush(self._close())
 
     async def _flush(self, group: Group) -> None:
+        self.flushing = len(group.messages)
+        try:
+            await self._write(group)
+        finally:
+            self.flushing = 0
+
+    async def _write(self, group: Group) -> None:
+        """Write ``group`` (history, derived events, dead letters, then the states) and
+        ack what its saved states cover."""
         started = time.perf_counter()
         sinks = self.sinks
         if self.summariser is not None:
@@ -801,6 +817,14 @@ class Flusher:
         )
 
 
+def fold_waiting(app: Any) -> int:
+    """How many events the fold of ``app`` (:func:`register`) folded whose history is not
+    written yet (:attr:`Flusher.waiting`): a few hundred at most while it keeps up, up
+    to :data:`MAX_PENDING` and a flush's worth while the history is behind."""
+    flushers: list[Flusher] = getattr(app, "_engram_flushers", [])
+    return sum(flusher.waiting for flusher in flushers)
+
+
 def register(
     app: faust.App,
     *,
@@ -838,6 +862,7 @@ def register(
         ),
     )
     flushers: list[Flusher] = []
+    setattr(app, "_engram_flushers", flushers)  # noqa: B010  # read by fold_waiting
     holes = holes_of(app)
     raw_only = raw_codec(codec)
     feed = direct_feed(app, topics.events.get_topic_name()) if direct else None

@@ -558,6 +558,56 @@ def values(batch: Sequence[Any]) -> list[bytes | None]:
     return [getattr(item, "message", item).value for item in batch]
 
 
+EMBED_FEED_MAXSIZE = 65_536
+"""How many ``memory.created`` the embedding agent's :class:`~streams.app.DirectFeed`
+holds (every other derived event is passed over, not queued): the memories that wait
+while the fold goes first (:class:`FoldFirst`), about 30 s of a sealed drawn-text ingest
+at full speed. A full feed would stop the worker's hand-over, the fold's events with it."""
+
+YIELD_POLL_S = 0.05
+"""How often a :class:`FoldFirst` asks again whether the fold is still behind."""
+
+
+@dataclass
+class FoldFirst:
+    """Memories wait to be embedded while the fold is behind.
+
+    On two cores the embedding model (in its child process) and what the worker then
+    does with each vector took the CPU the fold and the history needed: on drawn texts,
+    where a third of the events make a memory, the history fell behind by half and more
+    in some runs (BENCHMARKS.md, "Stop 46" under Ingest). The fold reads the log first:
+    working memory, episodes and the history follow it; the vectors follow the derived
+    log, and catch up when the load eases. ``behind()`` says whether the fold is behind
+    (:func:`streams.pipeline.fold_waiting` over a threshold, in ``engram up``). A batch
+    waits at most ``longest_s``, so embedding goes on under a load that never eases, and
+    not at all once ``crowded()`` (the embedding agent's queue is half full: see
+    :data:`EMBED_FEED_MAXSIZE`)."""
+
+    behind: Callable[[], bool]
+    longest_s: float = 30.0
+    crowded: Callable[[], bool] = lambda: False
+    poll_s: float = YIELD_POLL_S
+    waited_s: float = 0.0
+    """Seconds waited so far, every batch together."""
+
+    async def wait(self) -> float:
+        """Wait while the fold is behind and the queue is not crowded, at most
+        ``longest_s``; return the seconds waited (0.0 without waiting)."""
+        if not self.behind() or self.crowded():
+            return 0.0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while (left := self.longest_s - (loop.time() - started)) > 0:
+            await asyncio.sleep(min(self.poll_s, left))
+            if not self.behind() or self.crowded():
+                break
+        waited = loop.time() - started
+        self.waited_s += waited
+        if waited >= 1.0:
+            log.info("memories waited %.1f s to be embedded while the fold caught up", waited)
+        return waited
+
+
 def register_vectors(
     app: faust.App,
     *,
@@ -572,6 +622,7 @@ def register_vectors(
     projected: dict[int, int] | None = None,
     on_erased: Callable[[Sequence[tuple[SubjectErased, int]]], Awaitable[None]] | None = None,
     direct: bool = False,
+    fold_first: FoldFirst | None = None,
 ) -> None:
     """Declare the embedding and vector-projection agents on ``app``. With ``keys``
     and a :class:`SealingCodec`, each batch's keys are covered before it is opened,
@@ -584,7 +635,9 @@ def register_vectors(
     receipt), once they are deleted and before the batch is acked. With ``direct``,
     each agent takes the memory topic's messages from its own
     :class:`~streams.app.DirectFeed` (batches of ``batch_size`` within ``within``
-    seconds, as from its faust stream)."""
+    seconds, as from its faust stream). With ``fold_first`` and ``direct``, each batch of
+    memories waits before it is embedded while the fold is behind (:class:`FoldFirst`,
+    told when the agent's queue is crowded); without ``direct`` it is not used."""
     starts = dict(projected or {})
 
     def fresh(messages: Sequence[Any]) -> list[Any]:
@@ -598,10 +651,17 @@ def register_vectors(
     # most of the derived log is working memory, which neither agent reads: their feeds
     # pass it over (acked, counted by each agent's order guard) instead of queuing it
     embed_feed = (
-        direct_feed(app, topic_name, ignores=ignoring(codec, CREATED), passed=embedding.pass_over)
+        direct_feed(
+            app, topic_name, EMBED_FEED_MAXSIZE, ignoring(codec, CREATED), embedding.pass_over
+        )
         if direct
         else None
     )
+    if fold_first is not None and embed_feed is not None:
+        feed = embed_feed
+        fold_first.crowded = lambda: 2 * len(feed.queued) >= feed.maxsize
+    else:
+        fold_first = None
     project_feed = (
         direct_feed(app, topic_name, ignores=ignoring(codec, VECTOR_TYPES), passed=guard.pass_over)
         if direct
@@ -632,6 +692,8 @@ def register_vectors(
             ]
             if not created:
                 return
+            if fold_first is not None:
+                await fold_first.wait()
             texts = [e.body.text for e in created]
             vectors = await retry_in_place(
                 lambda: off_loop(embed_pool, lambda: embedder.embed_passages(texts)),

@@ -17,6 +17,21 @@ def test_memories_are_embedded_in_a_child_process_unless_turned_off() -> None:
         Settings.from_env({**HOME, "ENGRAM_EMBED_PROCESS": "yes"})
 
 
+def test_memories_wait_for_a_fold_behind_by_4096_events_for_30_s_unless_set() -> None:
+    default = Settings.from_env(HOME)
+    assert (default.embed_yield_backlog, default.embed_yield_max_s) == (4096, 30.0)
+    off = Settings.from_env({**HOME, "ENGRAM_EMBED_YIELD_BACKLOG": "0"})
+    assert off.embed_yield_backlog == 0
+    set_ = Settings.from_env(
+        {**HOME, "ENGRAM_EMBED_YIELD_BACKLOG": "100", "ENGRAM_EMBED_YIELD_MAX_S": "2.5"}
+    )
+    assert (set_.embed_yield_backlog, set_.embed_yield_max_s) == (100, 2.5)
+    with pytest.raises(SettingsError, match="ENGRAM_EMBED_YIELD_BACKLOG=-1 is below"):
+        Settings.from_env({**HOME, "ENGRAM_EMBED_YIELD_BACKLOG": "-1"})
+    with pytest.raises(SettingsError, match=r"ENGRAM_EMBED_YIELD_MAX_S=0\.0 must be a positive"):
+        Settings.from_env({**HOME, "ENGRAM_EMBED_YIELD_MAX_S": "0"})
+
+
 def test_the_ingest_hop_runs_in_a_child_process_unless_turned_off() -> None:
     assert Settings.from_env(HOME).ingest_process is True
     assert Settings.from_env({**HOME, "ENGRAM_INGEST_PROCESS": " OFF "}).ingest_process is False
