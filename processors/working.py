@@ -287,8 +287,9 @@ def estimate_tokens(text: str) -> int:
     """Rough token count: one per CJK character (ideographs, kana, Hangul, their
     punctuation and full-width forms: :data:`CJK`), one per started 4 other characters.
 
-    Counted in C where the extension ``processors._text`` is built (one range check a
-    character); :func:`reference_estimate_tokens` is its Python."""
+    Counted in C where the extension ``processors._text`` is built (branch-free range
+    checks, several characters at a time); :func:`reference_estimate_tokens` is its
+    Python."""
     if text.isascii():
         return (len(text) + 3) // 4
     if _native_tokens is not None:
