@@ -23,10 +23,19 @@ Contract:
   at once. It ignores SIGINT, so a Ctrl-C in a terminal stops the parent, which stops
   the child, without a second traceback.
 
+**Weights beside the vectors.** :meth:`ProcessEmbedder.embed_and_weigh` also
+returns each text's BM25 document weights (:func:`processors.recall.document_sparse`,
+the same code in the same interpreter: the same floats, which pickle keeps exactly).
+The worker records them in ``memory.embedded``; weighing a drawn text costs ~100 µs of
+Python, which the worker's event loop, where the fold runs, then no longer spends (the
+text was weighed there when its memory was created, and an embedding that comes later
+than the worker's last 1 024 texts missed that memo and weighed it again).
+
 Wire (over a socket pair, :class:`multiprocessing.connection.Connection` framing):
-a request is the pickled list of texts; a reply is ``b"V"`` + rows (4 bytes, little
-endian) + the float32 vectors, or ``b"E"`` + the error's UTF-8 text. The child's
-first message is ``b"R"`` once its model is loaded.
+a request is the pickled pair (list of texts, whether to weigh them); a reply is
+``b"V"`` + rows (4 bytes, little endian) + the float32 vectors, then, when asked, the
+pickled list of ``(indices, values)`` weights, or ``b"E"`` + the error's UTF-8 text.
+The child's first message is ``b"R"`` once its model is loaded.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from processors.recall import SparseVector, document_sparse
 from sinks.embedding import Embedder, get_embedder
 
 START_TIMEOUT_S = 120.0
@@ -85,17 +95,29 @@ class ProcessEmbedder:
         """One vector per text, in order, computed by the child; ``[]`` for no texts.
         Raises :class:`EmbedderGone` if the child died during the call (the next call
         starts another) and :class:`EmbedderFailed` if the model raised."""
+        return _vectors(self._ask(texts, weigh=False), len(texts), self.dims)[0]
+
+    def embed_and_weigh(self, texts: Sequence[str]) -> tuple[list[list[float]], list[SparseVector]]:
+        """:meth:`embed_passages` and, per text, what :func:`document_sparse` gives
+        for it (its default parameters), both computed by the child. Raises as
+        :meth:`embed_passages`."""
+        vectors, weights = _vectors(self._ask(texts, weigh=True), len(texts), self.dims)
+        if weights is None or len(weights) != len(texts):
+            raise EmbedderGone(f"the embedding process weighed not {len(texts)} texts")
+        return vectors, weights
+
+    def _ask(self, texts: Sequence[str], *, weigh: bool) -> bytes:
+        """The child's reply to ``texts`` (a ``V`` reply with no rows for none)."""
         if not texts:
-            return []
+            return b"V" + bytes(4) + (_pickled([]) if weigh else b"")
         with self._lock:
             conn = self._started()
             try:
-                conn.send_bytes(pickle.dumps(list(texts), protocol=pickle.HIGHEST_PROTOCOL))
-                reply = conn.recv_bytes()
+                conn.send_bytes(_pickled((list(texts), weigh)))
+                return conn.recv_bytes()
             except (EOFError, OSError) as gone:
                 self._stop()
                 raise EmbedderGone(f"the embedding process ended: {gone!r}") from gone
-        return _vectors(reply, len(texts), self.dims)
 
     def embed_query(self, text: str) -> list[float]:
         """The vector of a recall query, computed in this process."""
@@ -163,17 +185,31 @@ class ProcessEmbedder:
                 child.wait()
 
 
-def _vectors(reply: bytes, count: int, dims: int) -> list[list[float]]:
+def _pickled(value: object) -> bytes:
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _vectors(
+    reply: bytes, count: int, dims: int
+) -> tuple[list[list[float]], list[SparseVector] | None]:
     """The rows of a ``V`` reply (their float32 values as Python floats, as
-    :class:`~sinks.embedding.Embedder` implementations return them)."""
+    :class:`~sinks.embedding.Embedder` implementations return them) and the weights
+    after them (None when there are none)."""
     if reply[:1] == b"E":
         raise EmbedderFailed(_error(reply))
     rows = int.from_bytes(reply[1:5], "little")
-    if reply[:1] != b"V" or rows != count or len(reply) != 5 + 4 * rows * dims:
+    end = 5 + 4 * rows * dims
+    if reply[:1] != b"V" or rows != count or len(reply) < end:
         raise EmbedderGone(f"the embedding process answered {len(reply)} bytes for {count} texts")
-    matrix = np.frombuffer(reply, dtype="<f4", offset=5).reshape(rows, dims)
+    matrix = np.frombuffer(reply, dtype="<f4", count=rows * dims, offset=5).reshape(rows, dims)
     result: list[list[float]] = matrix.tolist()
-    return result
+    if len(reply) == end:
+        return result, None
+    try:
+        weights: list[SparseVector] = pickle.loads(reply[end:])
+    except Exception as error:
+        raise EmbedderGone(f"the embedding process sent unreadable weights: {error!r}") from None
+    return result, weights
 
 
 def _error(reply: bytes) -> str:
@@ -201,12 +237,13 @@ def serve(name: str, threads: int, fd: int) -> None:
 
 def _answer(embedder: Embedder, request: bytes) -> bytes:
     try:
-        texts = pickle.loads(request)
+        texts, weigh = pickle.loads(request)
         rows = embedder.embed_passages(texts)
         matrix = np.asarray(rows, dtype="<f4").reshape(len(rows), embedder.dims)
+        weights = _pickled([document_sparse(text) for text in texts]) if weigh else b""
     except Exception as error:
         return b"E" + f"{type(error).__name__}: {error}".encode()
-    return b"V" + len(rows).to_bytes(4, "little") + matrix.tobytes()
+    return b"V" + len(rows).to_bytes(4, "little") + matrix.tobytes() + weights
 
 
 if __name__ == "__main__":

@@ -62,6 +62,7 @@ from schemas import (
 )
 from schemas.avro import MAX_MILLIS, MIN_MILLIS, DoublesTail, read_single_object
 from schemas.sealed import SealingCodec, sealed_kind
+from sinks.embed_process import ProcessEmbedder
 from sinks.embedding import Embedder
 from sinks.vectors import Point, SparseVector, VectorIndex, VectorWriter, canonical_id
 from streams import faults
@@ -212,9 +213,11 @@ def memory_point(
     )
 
 
-def document_terms(text: str) -> TermWeights:
-    """The BM25 weights of ``text`` as ``memory.embedded`` records them (packed)."""
-    indices, values = text_terms(text)
+def document_terms(text: str, terms: Terms | None = None) -> TermWeights:
+    """The BM25 weights of ``text`` as ``memory.embedded`` records them (packed):
+    ``terms`` when the caller has them (:func:`document_sparse` of ``text``, weighed
+    elsewhere), else :func:`text_terms`."""
+    indices, values = terms if terms is not None else text_terms(text)
     return TermWeights(
         tokenizer=TOKENIZER,
         indices=b64encode(struct.pack(f"<{len(indices)}I", *indices)).decode(),
@@ -450,11 +453,23 @@ def erased_points(
     return out
 
 
+def embedded_and_weighed(
+    embedder: Embedder, texts: Sequence[str]
+) -> tuple[list[list[float]], Sequence[Terms | None]]:
+    """The vectors of ``texts`` and, when ``embedder`` weighs them beside (a
+    :class:`~sinks.embed_process.ProcessEmbedder`, in its child process), their BM25
+    weights; else Nones (the caller weighs them)."""
+    if isinstance(embedder, ProcessEmbedder):
+        return embedder.embed_and_weigh(texts)
+    return embedder.embed_passages(texts), [None] * len(texts)
+
+
 def embedded_event(
-    created: MemoryCreated, embedder: Embedder, vector: list[float]
+    created: MemoryCreated, embedder: Embedder, vector: list[float], terms: Terms | None = None
 ) -> MemoryEmbedded:
     """The record of one vector; its id is a ``uuid5`` of the creation and the model,
-    so re-embedding after a redelivery yields the same event."""
+    so re-embedding after a redelivery yields the same event. ``terms``: the text's
+    :func:`document_sparse`, when the caller has it (else weighed here)."""
     return MemoryEmbedded(
         event_id=uuid5(created.event_id, f"embedded:{embedder.name}:{embedder.version}"),
         schema_version=MemoryEmbedded.SCHEMA_VERSION,
@@ -471,7 +486,7 @@ def embedded_event(
             "model": embedder.name,
             "model_version": embedder.version,
             "dims": embedder.dims,
-            "terms": document_terms(created.body.text),
+            "terms": document_terms(created.body.text, terms),
             "vector": vector,
         },
     )
@@ -697,13 +712,15 @@ def register_vectors(
             if fold_first is not None:
                 await fold_first.wait()
             texts = [e.body.text for e in created]
-            vectors = await retry_in_place(
-                lambda: off_loop(embed_pool, lambda: embedder.embed_passages(texts)),
+            vectors, weights = await retry_in_place(
+                lambda: off_loop(embed_pool, lambda: embedded_and_weighed(embedder, texts)),
                 what="embed memories",
             )
             records = [
-                Record(e.agent_id.encode(), codec.encode(embedded_event(e, embedder, v)), millis(e))
-                for e, v in zip(created, vectors, strict=True)
+                Record(
+                    e.agent_id.encode(), codec.encode(embedded_event(e, embedder, v, t)), millis(e)
+                )
+                for e, v, t in zip(created, vectors, weights, strict=True)
             ]
             await retry_in_place(
                 lambda: writer.send(topic_name, records), what="publish embeddings"

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from processors.recall import SparseVector, document_sparse
 from sinks.embed_process import EmbedderFailed, EmbedderGone, ProcessEmbedder
 from sinks.embedding import EMBEDDERS, get_embedder
+from streams.vectors import document_terms, embedded_and_weighed
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +53,7 @@ def test_queries_are_embedded_in_this_process() -> None:
         assert embedder.embed_query(TEXTS[1]) == embedder.inner.embed_query(TEXTS[1])
         assert embedder.pid is None  # no child was needed for a query
         assert embedder.embed_passages([]) == [] and embedder.pid is None
+        assert embedder.embed_and_weigh([]) == ([], []) and embedder.pid is None
     finally:
         embedder.close()
 
@@ -103,3 +106,36 @@ def test_close_ends_the_child_and_later_calls_are_refused(loaded: ProcessEmbedde
         os.kill(child, 0)  # reaped, gone
     with pytest.raises(EmbedderGone, match="closed"):
         loaded.embed_passages(["x"])
+
+
+WEIGHED = [
+    "Severely allergic to peanuts; carries an EpiPen everywhere, since 2019.",
+    "我对虾蟹过敏，吃了会全身起红疹。上海的李经理也是。",
+    "",
+    "the and of it",  # stopwords only: no weights
+    "emoji 😀 and a rare ideograph 𠀀 in Ünïcödé text, 3.14 and 2,5 cats' toys",
+    "NUL\x00inside and a lone \ud800 surrogate",
+    "long " * 900,
+]
+
+
+def bits(weights: SparseVector) -> tuple[list[int], list[str]]:
+    return weights[0], [value.hex() for value in weights[1]]
+
+
+def test_the_child_weighs_each_text_as_document_sparse_does(loaded: ProcessEmbedder) -> None:
+    vectors, weights = loaded.embed_and_weigh(WEIGHED)
+    assert vectors == loaded.inner.embed_passages(WEIGHED)
+    assert [bits(w) for w in weights] == [bits(document_sparse(text)) for text in WEIGHED]
+    # what memory.embedded records is the same, weighed there or here
+    for text, weighed in zip(WEIGHED, weights, strict=True):
+        assert document_terms(text, weighed) == document_terms(text)
+
+
+def test_the_worker_takes_the_weights_from_the_child_only(loaded: ProcessEmbedder) -> None:
+    child_vectors, child_weights = embedded_and_weighed(loaded, WEIGHED[:2])
+    assert [bits(w) for w in child_weights if w is not None] == [
+        bits(document_sparse(text)) for text in WEIGHED[:2]
+    ]
+    vectors, weights = embedded_and_weighed(loaded.inner, WEIGHED[:2])
+    assert vectors == child_vectors and list(weights) == [None, None]  # weighed by the caller
