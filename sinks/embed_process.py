@@ -103,7 +103,7 @@ class ProcessEmbedder:
         :meth:`embed_passages`."""
         vectors, weights = _vectors(self._ask(texts, weigh=True), len(texts), self.dims)
         if weights is None or len(weights) != len(texts):
-            raise EmbedderGone(f"the embedding process weighed not {len(texts)} texts")
+            raise EmbedderGone(f"the embedding process did not weigh all {len(texts)} texts")
         return vectors, weights
 
     def _ask(self, texts: Sequence[str], *, weigh: bool) -> bytes:
