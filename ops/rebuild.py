@@ -125,6 +125,7 @@ from streams.vectors import (
     apply_operations,
     creation_of,
     creation_of_record,
+    embedded_and_weighed,
     embedded_event,
     header_kind,
     millis,
@@ -692,10 +693,12 @@ class EmbeddingStage:
             for start in range(0, len(todo), self.batch):
                 created = todo[start : start + self.batch]
                 texts = [e.body.text for e in created]
-                vectors = await loop.run_in_executor(None, self.embedder.embed_passages, texts)
+                vectors, weights = await loop.run_in_executor(
+                    None, embedded_and_weighed, self.embedder, texts
+                )
                 embedded = [
-                    embedded_event(e, self.embedder, v)
-                    for e, v in zip(created, vectors, strict=True)
+                    embedded_event(e, self.embedder, v, t)
+                    for e, v, t in zip(created, vectors, weights, strict=True)
                 ]
                 records = [
                     Record(e.agent_id.encode(), codec.encode(e), millis(e)) for e in embedded
