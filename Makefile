@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 # on 2 cores), again whenever one of them changes: an extension left older than its
 # source would run the old code (tests/unit/test_compiled_fold.py fails if one is).
 $(COMPILED): $(STAMP) setup.py $(wildcard processors/*.py) schemas/wire.py schemas/uuids.py \
-		schemas/reader.py schemas/_bare.c processors/_text.c \
+		schemas/reader.py schemas/_bare.c schemas/_avro.c processors/_text.c \
 		processors/_summary.c processors/_ids.c
 	@echo "== compiling the fold and the wire codec with mypyc (setup.py)"
 	$(BIN)/python -m pip install --quiet --no-deps -e .

@@ -16,18 +16,20 @@ see. mypyc compiles no class that subclasses a Python class (an exception, ``UUI
 as a native one: those carry ``mypyc_attr(native_class=False)`` (hence the runtime
 dependency on ``mypy-extensions``, which the plain sources import too).
 
-Four small extensions are written in C (``NATIVE``). ``schemas/_bare.c`` builds each
+Five small extensions are written in C (``NATIVE``). ``schemas/_bare.c`` builds each
 model and UUID those modules make from its slots in one call, where Python's calls of
 the slots' setters cost about a sixth of the fold's instructions (``schemas/bare.py``,
-which holds its Python reference). ``processors/_text.c`` cuts a text into its
-sentences in one pass, where a regex split and a list operation a piece cost the scorer
-and the summariser about 70 instructions a character (``processors/sentences.py``,
-which holds its Python reference). ``processors/_summary.c`` ranks and chooses an
-episode's sentences for its summary, where dicts of terms, scores and sentence objects
-a summary cost the rich fold about a fifth of its time (``processors/summary.py``,
-``reference_pick``). ``processors/_ids.c`` hashes the name of a derived id (SHA-1)
-without the hash object, the joined bytes and the int that Python makes for it
-(``processors/ids.py``, ``reference_uuid5_int``).
+which holds its Python reference). ``schemas/_avro.c`` writes an event's Avro bytes into
+one buffer, where the compiled writer tree appends and joins a bytes object a value
+(``schemas/avro.py``, ``compile_writer``, its Python reference). ``processors/_text.c``
+cuts a text into its sentences in one pass, where a regex split and a list operation a
+piece cost the scorer and the summariser about 70 instructions a character
+(``processors/sentences.py``, which holds its Python reference).
+``processors/_summary.c`` ranks and chooses an episode's sentences for its summary,
+where dicts of terms, scores and sentence objects a summary cost the rich fold about a
+fifth of its time (``processors/summary.py``, ``reference_pick``). ``processors/_ids.c``
+hashes the name of a derived id (SHA-1) without the hash object, the joined bytes and
+the int that Python makes for it (``processors/ids.py``, ``reference_uuid5_int``).
 
 ``ENGRAM_PURE_PYTHON=1`` installs without compiling (a machine without a C compiler):
 the same modules then run as plain Python, slower.
@@ -71,13 +73,15 @@ WIRE = ["schemas/wire.py", "schemas/uuids.py", "schemas/reader.py"]
 
 NATIVE = {
     "schemas._bare": "schemas/_bare.c",
+    "schemas._avro": "schemas/_avro.c",
     "processors._text": "processors/_text.c",
     "processors._summary": "processors/_summary.c",
     "processors._ids": "processors/_ids.c",
 }
 """The extensions in C, by module: instances built from their slots (see
-``schemas/bare.py``), a text's sentences (see ``processors/sentences.py``), a summary's
-sentences (see ``processors/summary.py``), name-based UUIDs (see ``processors/ids.py``)."""
+``schemas/bare.py``), an event's Avro bytes (see ``schemas/avro.py``), a text's
+sentences (see ``processors/sentences.py``), a summary's sentences (see
+``processors/summary.py``), name-based UUIDs (see ``processors/ids.py``)."""
 
 
 METADATA = frozenset({"egg_info", "dist_info"})

@@ -333,6 +333,65 @@ class RecordWriter:
                 self.writers[i](x, out)
 
 
+@final
+class ArrayWriter:
+    """Writes an array of what ``item`` writes: one block (its count, then the items)
+    and the count 0; an empty array is the count 0 alone."""
+
+    def __init__(self, item: Write) -> None:
+        self.item = item
+
+    def __call__(self, value: Any, out: list[bytes]) -> None:
+        if len(value):
+            out.append(write_long(len(value)))
+            item = self.item
+            for x in value:
+                item(x, out)
+        out.append(END)
+
+
+@final
+class MapWriter:
+    """Writes a map (a ``dict``) of what ``value`` writes: as an array, each item a
+    string key then its value."""
+
+    def __init__(self, value: Write) -> None:
+        self.value = value
+
+    def __call__(self, value: Any, out: list[bytes]) -> None:
+        if len(value):
+            out.append(write_long(len(value)))
+            write_value = self.value
+            for key, x in value.items():
+                write_string(key, out)
+                write_value(x, out)
+        out.append(END)
+
+
+def writer_spec(write: Write, within: tuple[int, ...] = ()) -> Any:
+    """The shape of the writer tree ``write`` (a leaf's kind, or ``("optional",
+    spec)``, ``("array", spec)``, ``("map", spec)``, ``("record", names, specs)``),
+    from which ``schemas._avro.Writer`` writes the same bytes in C. ValueError for a
+    tree that holds a record inside itself (``within``: the records around ``write``)
+    or a writer this module did not make."""
+    kind = _WRITE_KINDS.get(write)
+    if kind is not None:
+        return kind
+    if isinstance(write, OptionalWriter):
+        return ("optional", writer_spec(write.inner, within))
+    if isinstance(write, ArrayWriter):
+        return ("array", writer_spec(write.item, within))
+    if isinstance(write, MapWriter):
+        return ("map", writer_spec(write.value, within))
+    if isinstance(write, RecordWriter):
+        if id(write) in within:
+            raise ValueError("a record that holds itself")
+        inside = (*within, id(write))
+        specs = tuple([writer_spec(field, inside) for field in write.writers])
+        return ("record", tuple(write.names), specs)
+    raise ValueError(f"not a writer of this module: {write!r}")
+
+
 def _write_leaf(kind: int, value: Any, out: list[bytes]) -> None:
     if kind == KIND_STRING:
         write_string(value, out)

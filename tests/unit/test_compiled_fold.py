@@ -78,7 +78,13 @@ def test_only_the_build_itself_compiles(monkeypatch: pytest.MonkeyPatch) -> None
     assert setup._extensions() == []  # type: ignore[attr-defined]
 
 
-NATIVE = ["schemas._bare", "processors._text", "processors._summary", "processors._ids"]
+NATIVE = [
+    "schemas._bare",
+    "schemas._avro",
+    "processors._text",
+    "processors._summary",
+    "processors._ids",
+]
 """The C extensions setup.py must build."""
 
 

@@ -18,8 +18,9 @@ from pydantic import AwareDatetime, BaseModel, field_serializer
 
 import schemas
 from schemas import Codec, Event, Turn, WorkingBody, WorkingUpdated
-from schemas.avro import compile_writer, write_long
+from schemas.avro import _avro, compile_writer, native_writer, write_long
 from schemas.derived import EmbeddedBody, MemoryEmbedded
+from schemas.uuids import of_int, with_text
 from tests.unit.test_schemas_roundtrip import TYPES, aware_datetimes, model_strategy
 
 CODEC = Codec()
@@ -41,6 +42,7 @@ def test_compiled_bytes_are_fastavros(event_type: type[Event], data: st.DataObje
     avro = CODEC.avro[event_type.TYPE]
     expected = avro.encode_fastavro(event)
     assert avro.encode_compiled(event) == expected
+    assert avro.encode_tree(event) == expected
     assert CODEC.encode(event) == expected
 
 
@@ -83,6 +85,7 @@ def test_working_updated_at_the_edges(body: dict[str, Any]) -> None:
     event = _working(**body)
     avro = CODEC.avro[WorkingUpdated.TYPE]
     assert avro.encode_compiled(event) == avro.encode_fastavro(event)
+    assert avro.encode_tree(event) == avro.encode_fastavro(event)
 
 
 class Stamps(BaseModel):
@@ -131,7 +134,91 @@ def test_timestamps_in_any_zone(
     assert WRITE_STAMPS is not None
     out: list[bytes] = []
     WRITE_STAMPS(stamps, out)
-    assert b"".join(out) == _fastavro(STAMPS, stamps.model_dump())
+    expected = _fastavro(STAMPS, stamps.model_dump())
+    assert b"".join(out) == expected
+    if NATIVE_STAMPS is not None:
+        assert NATIVE_STAMPS.encode(stamps, b"") == expected
+
+
+NATIVE_STAMPS = native_writer(WRITE_STAMPS)
+
+
+@SAME
+@given(
+    at=st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    number=st.integers(*INT64),
+)
+def test_utc_timestamps_counted_in_c(at: datetime, number: int) -> None:
+    """The writer in C counts a UTC timestamp's milliseconds itself (any other zone goes
+    to ``epoch_millis``): fastavro's, from year 1 to 9999, either side of the epoch."""
+    if NATIVE_STAMPS is None:
+        pytest.skip("schemas._avro is not built (ENGRAM_PURE_PYTHON=1)")
+    stamps = Stamps(at=at.replace(tzinfo=UTC), maybe=at.replace(tzinfo=UTC), number=number)
+    assert stamps.at.tzinfo is UTC
+    expected = _fastavro(STAMPS, stamps.model_dump())
+    assert NATIVE_STAMPS.encode(stamps, b"head") == b"head" + expected
+
+
+def test_every_type_has_a_writer_in_c() -> None:
+    """Where the extension is built, every type's writer tree is written in C too."""
+    if _avro is None:
+        pytest.skip("schemas._avro is not built (ENGRAM_PURE_PYTHON=1)")
+    missing = [t.TYPE for t in schemas.ALL_TYPES if CODEC.avro[t.TYPE].native is None]
+    assert not missing
+
+
+class Other(UUID):
+    """A UUID of another class: its text is its ``str``, whatever that is."""
+
+    def __str__(self) -> str:
+        return super().__str__().upper()
+
+
+@pytest.mark.parametrize(
+    "event_id",
+    [
+        UUID(int=0),
+        UUID(int=2**128 - 1),
+        UUID("8c0fc917-d2d4-468b-8038-9d37d1cc4824"),
+        of_int(2**127 + 12345),  # a TextUUID whose text is not made yet
+        with_text(
+            UUID("8c0fc917-d2d4-468b-8038-9d37d1cc4824").int, "8c0fc917-d2d4-468b-8038-9d37d1cc4824"
+        ),
+        Other(int=7),
+    ],
+)
+def test_every_kind_of_uuid_is_written_as_its_text(event_id: UUID) -> None:
+    """A plain UUID's text is formatted from its int in C, a TextUUID's is the text it
+    keeps (or its ``str``), any other UUID's its ``str``: what fastavro writes."""
+    event = _working().model_copy(update={"event_id": event_id, "source_event_id": event_id})
+    avro = CODEC.avro[WorkingUpdated.TYPE]
+    expected = avro.encode_fastavro(event)
+    assert str(event_id).encode() in expected
+    assert avro.encode_compiled(event) == expected
+    assert avro.encode_tree(event) == expected
+
+
+class Chain(BaseModel):
+    name: str
+    next: Chain | None = None
+
+
+CHAIN = {
+    "type": "record",
+    "name": "t.Chain",
+    "fields": [{"name": "name", "type": "string"}, {"name": "next", "type": ["null", "t.Chain"]}],
+}
+
+
+def test_a_record_inside_itself_is_written_by_the_tree() -> None:
+    """A recursive schema has a writer tree (it names itself) but no writer in C."""
+    write = compile_writer(Chain, CHAIN)
+    assert write is not None
+    assert native_writer(write) is None
+    chain = Chain(name="a", next=Chain(name="记忆", next=Chain(name="")))
+    out: list[bytes] = []
+    write(chain, out)
+    assert b"".join(out) == _fastavro(CHAIN, chain.model_dump())
 
 
 def test_a_longer_long_is_refused() -> None:
@@ -184,6 +271,8 @@ def test_a_vector_is_written_whole_as_fastavro_writes_it_item_by_item(size: int)
     assert avro.encode_compiled(event) == avro.encode_fastavro(event)
     with_text = event.model_copy(update={"body": event.body.model_copy(update={"vector": ["x"]})})
     with pytest.raises(struct.error):  # not a double: fastavro's road says what it is
+        avro.encode_tree(with_text)
+    with pytest.raises((struct.error, TypeError)):  # in C: TypeError
         avro.encode_compiled(with_text)
 
 
