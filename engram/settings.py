@@ -155,10 +155,9 @@ class Settings:
     embed_threads: int = 1
     embed_process: bool = True
     embed_yield_backlog: int = 4096
-    """``ENGRAM_EMBED_YIELD_BACKLOG``: while at least this many fetched events wait to be
-    folded, or folded events wait for (or are in) their history write, memories wait
-    to be embedded (the fold first: :class:`streams.vectors.FoldFirst`); 0: they never
-    wait."""
+    """``ENGRAM_EMBED_YIELD_BACKLOG``: while at least this many folded events wait for
+    (or are in) their history write, memories wait to be embedded (the fold first:
+    :class:`streams.vectors.FoldFirst`); 0: they never wait."""
     embed_yield_max_s: float = 30.0
     """``ENGRAM_EMBED_YIELD_MAX_S``: the longest one batch of memories waits so."""
     ingest_process: bool = True

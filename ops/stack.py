@@ -62,7 +62,7 @@ from sinks.keys import BlockingKeyring, OpenEvent, restore_keys
 from sinks.vectors import VectorIndex, open_index
 from streams import faults
 from streams.logwriter import LogWriter
-from streams.pipeline import fold_behind, register
+from streams.pipeline import fold_waiting, register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
 from streams.vectors import FoldFirst, register_vectors
@@ -106,13 +106,12 @@ def ingest_batch_size(settings: Settings, config: MemoryConfig) -> int:
 
 
 def fold_first(app: faust.App, settings: Settings) -> FoldFirst | None:
-    """Memories wait to be embedded while ``settings.embed_yield_backlog`` events or more
-    wait to be folded, or were folded and wait for their history write
-    (:func:`~streams.pipeline.fold_behind`; None when it is 0: never)."""
+    """Memories wait to be embedded while ``settings.embed_yield_backlog`` folded events
+    or more wait for their history write (None when it is 0: never)."""
     backlog = settings.embed_yield_backlog
     if backlog <= 0:
         return None
-    return FoldFirst(lambda: fold_behind(app, backlog), settings.embed_yield_max_s)
+    return FoldFirst(lambda: fold_waiting(app) >= backlog, settings.embed_yield_max_s)
 
 
 def build_worker_app(

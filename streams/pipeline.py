@@ -80,7 +80,7 @@ from sinks.clickhouse import (
     SequencedEvent,
 )
 from streams import faults
-from streams.app import DirectFeed, Topics, ack_messages, agent_batches, direct_feed
+from streams.app import Topics, ack_messages, agent_batches, direct_feed
 from streams.logwriter import LogWriter, Record
 from streams.ordered import Holes, holes_of
 from streams.past import history_rows, read_past
@@ -825,21 +825,6 @@ def fold_waiting(app: Any) -> int:
     return sum(flusher.waiting for flusher in flushers)
 
 
-def fold_queued(app: Any) -> int:
-    """How many events the worker of ``app`` fetched that wait to be folded: its fold's
-    :class:`~streams.app.DirectFeed` queue (0 without one), a fetch's worth at most while
-    the fold keeps up, up to the feed's ``maxsize`` while it is behind the log."""
-    feed: DirectFeed | None = getattr(app, "_engram_fold_feed", None)
-    return 0 if feed is None else len(feed.queued)
-
-
-def fold_behind(app: Any, backlog: int) -> bool:
-    """Whether the fold of ``app`` is behind: ``backlog`` events or more wait to be
-    folded (:func:`fold_queued`: it is behind the log), or were folded and wait for
-    their history write (:func:`fold_waiting`: the history is behind)."""
-    return fold_queued(app) >= backlog or fold_waiting(app) >= backlog
-
-
 def register(
     app: faust.App,
     *,
@@ -881,7 +866,6 @@ def register(
     holes = holes_of(app)
     raw_only = raw_codec(codec)
     feed = direct_feed(app, topics.events.get_topic_name()) if direct else None
-    setattr(app, "_engram_fold_feed", feed)  # noqa: B010  # read by fold_queued
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # faust stub wants positional-only
     async def flush_and_forget(sender: Any, *_: Any, signal: Any, **__: Any) -> None:

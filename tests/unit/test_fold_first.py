@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 
-from streams.app import DirectFeed
-from streams.pipeline import fold_behind, fold_queued, fold_waiting
 from streams.vectors import FoldFirst
 
 
@@ -54,32 +51,3 @@ def test_a_crowded_queue_makes_no_batch_wait_and_ends_a_wait() -> None:
     )
     waited, took = run_wait(first)
     assert 0.18 <= waited <= took < 3.0
-
-
-class _Flusher:
-    def __init__(self, waiting: int) -> None:
-        self.waiting = waiting
-
-
-def test_the_fold_is_behind_the_log_or_its_history() -> None:
-    """Behind when ``backlog`` fetched events wait in the fold's feed (behind the log: a
-    burst's first memories wait too, before any history write is due), or ``backlog``
-    folded events wait for their history write; not when neither does, nor without a
-    feed and flushers."""
-    app = SimpleNamespace()
-    assert not fold_behind(app, 10)
-    feed = DirectFeed(app, "engram.events")
-    flushers = [_Flusher(4), _Flusher(5)]
-    app._engram_fold_feed = feed
-    app._engram_flushers = flushers
-    assert fold_queued(app) == 0 and fold_waiting(app) == 9
-    assert not fold_behind(app, 10)
-    flushers.append(_Flusher(1))
-    assert fold_behind(app, 10)  # the history
-    flushers.clear()
-    feed.queued.extend(range(9))
-    assert fold_queued(app) == 9 and not fold_behind(app, 10)
-    feed.queued.append(9)
-    assert fold_behind(app, 10)  # the log
-    feed.queued.clear()
-    assert not fold_behind(app, 10)
