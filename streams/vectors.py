@@ -573,13 +573,14 @@ def values(batch: Sequence[Any]) -> list[bytes | None]:
     return [getattr(item, "message", item).value for item in batch]
 
 
-EMBED_FEED_MAXSIZE = 65_536
+EMBED_FEED_MAXSIZE = 131_072
 """How many ``memory.created`` the embedding agent's :class:`~streams.app.DirectFeed`
 holds (every other derived event is passed over, not queued; sealed, about 1 KB each):
 the memories that wait while the fold goes first (:class:`FoldFirst`), which stops
-waiting at half of it, about 18 s of a drawn-text ingest at 5 500 events/s (a third of
-them make a memory). A full feed would stop the worker's hand-over, the fold's events
-with it."""
+waiting at half of it (65 536), about 36 s of a drawn-text ingest at 5 500 events/s (a
+third of them make a memory: 35 709 for the ingest bench's 100 000). A full feed would
+stop the worker's hand-over, the fold's events with it. At 65 536 the bench's burst
+passed the half before its end, and its last batches were embedded beside the fold."""
 
 YIELD_POLL_S = 0.05
 """How often a :class:`FoldFirst` asks again whether the fold is still behind."""
