@@ -337,6 +337,15 @@ def native_writer(write: Write | None) -> Any:
     return _avro.Writer(spec)
 
 
+def native_fields_writer(spec: Any) -> Callable[..., bytes] | None:
+    """``schemas._avro.Writer(spec).encode_fields``: ``(header, *fields)`` to the header
+    and the Avro bytes of a record of the spec whose fields are given in order; None
+    where the extension is not built (``ENGRAM_PURE_PYTHON=1``)."""
+    if _avro is None:
+        return None
+    return _avro.Writer(spec).encode_fields
+
+
 def _compile(schema: Any, tp: Any, named: dict[str, tuple[Any, Write]]) -> Write:
     """The writer of values of annotation ``tp`` under ``schema``; Unsupported unless
     the two agree as :func:`_avro_type` maps them."""

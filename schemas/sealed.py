@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Final, NamedTuple, Protocol
 from uuid import UUID
 
 import fastavro
@@ -46,6 +46,7 @@ from schemas.avro import (
     WriterSchema,
     epoch_millis,
     fingerprint,
+    native_fields_writer,
     read_single_object,
     write_single_object,
 )
@@ -53,6 +54,10 @@ from schemas.base import DerivedEvent, Event
 from schemas.codec import DEFAULT_MAX_BYTES, Codec
 from schemas.errors import BadEvent
 from schemas.wire import (
+    KIND_LONG,
+    KIND_STRING,
+    KIND_TIMESTAMP,
+    SPEC_BYTES,
     SealedFields,
     inner_positions,
     read_sealed,
@@ -84,6 +89,20 @@ SEALED_SCHEMA: dict[str, Any] = {
 _PARSED = fastavro.parse_schema(SEALED_SCHEMA)
 SEALED_HEADER = MAGIC + fingerprint(SEALED_SCHEMA)
 """The first 10 bytes of every sealed event."""
+_TEXT, _LONG = ("optional", KIND_STRING), ("optional", KIND_LONG)
+SEALED_SPEC = (
+    "record",
+    tuple(field["name"] for field in SEALED_SCHEMA["fields"]),
+    (
+        *(KIND_STRING, KIND_STRING, KIND_STRING, _TEXT, _TEXT, KIND_TIMESTAMP, _LONG, _LONG),
+        *(KIND_STRING, KIND_STRING, SPEC_BYTES, SPEC_BYTES),
+    ),
+)
+""":data:`SEALED_SCHEMA` as the spec of a ``schemas._avro.Writer`` (see
+:func:`schemas.wire.writer_spec`): the event id as its text."""
+_SEAL_FIELDS: Final = native_fields_writer(SEALED_SPEC)
+"""``write_sealed_fields`` in C, into one buffer (~0.3 µs against ~1.8 µs compiled by
+mypyc), where the extension is built."""
 
 log = logging.getLogger("engram.sealed")
 
@@ -308,7 +327,7 @@ class Sealer:
         seq = idx = None
         if isinstance(event, DerivedEvent):
             seq, idx = event.seq, event.idx
-        raw = write_sealed_fields(
+        raw = (write_sealed_fields if _SEAL_FIELDS is None else _SEAL_FIELDS)(
             SEALED_HEADER,
             event_id,
             event.type,

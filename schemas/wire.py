@@ -278,6 +278,9 @@ KIND_DOUBLES: Final = 6
 KIND_STRINGS: Final = 7
 """The leaves a record's compiled reader (:class:`schemas.reader._Fields`: no array of
 strings) and writer (:class:`RecordWriter`) handle by a native call."""
+SPEC_BYTES: Final = 50
+"""Avro ``bytes`` in a spec of ``schemas._avro.Writer`` (:func:`writer_spec` makes
+none: no event has a bytes field; the sealed envelope has two)."""
 KIND_OPTIONAL: Final = 8
 """Added to a leaf's kind: the union of null and that leaf."""
 KIND_OTHER: Final = 16

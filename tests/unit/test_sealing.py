@@ -23,6 +23,7 @@ import schemas
 from schemas import BadEvent, Codec, Event, InteractionRecorded, MemoryReinforced
 from schemas.avro import AVSC_DIR, MAGIC, epoch_millis, fingerprint, write_long
 from schemas.sealed import (
+    _SEAL_FIELDS,
     RECENT,
     SEALED_HEADER,
     SEALED_SCHEMA,
@@ -396,6 +397,21 @@ def test_the_sealed_envelope_is_written_as_fastavro_writes_it(record: dict[str, 
     expected.write(SEALED_HEADER)
     fastavro.schemaless_writer(expected, parsed, record)
     assert write_sealed(record) == expected.getvalue()
+    if _SEAL_FIELDS is not None:  # the writer in C that Sealer.seal uses where it is built
+        fields = [record[field["name"]] for field in SEALED_SCHEMA["fields"]]
+        assert _SEAL_FIELDS(SEALED_HEADER, *fields) == expected.getvalue()
+
+
+def test_the_envelope_in_c_refuses_what_is_not_of_its_types() -> None:
+    """A field of another type raises (the nonce and ciphertext must be bytes), and so
+    does a wrong count of fields."""
+    if _SEAL_FIELDS is None:
+        pytest.skip("schemas._avro is not built (ENGRAM_PURE_PYTHON=1)")
+    good = ["e", "t", "a", None, "u", datetime(2026, 1, 1, tzinfo=UTC), 1, None, "s", "k"]
+    assert _SEAL_FIELDS(SEALED_HEADER, *good, b"n" * 12, b"c").startswith(SEALED_HEADER)
+    for bad in ([*good, "n" * 12, b"c"], [*good, b"n" * 12, bytearray(b"c")], good):
+        with pytest.raises(TypeError):
+            _SEAL_FIELDS(SEALED_HEADER, *bad)
 
 
 # -- opening by hand: the envelope read without fastavro, the same outcome ---------
