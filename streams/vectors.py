@@ -607,9 +607,7 @@ class LoopLag:
 
     period_s: float = 0.05
     late_s: float = LOOP_LATE_S
-    hold_s: float = 3.0
-    """Also the seconds after a burst's fold ends that its history's last writes (in
-    threads, the loop idle) keep the embedding child off the cores."""
+    hold_s: float = 1.0
     late_at: float = -math.inf
     """The loop's time (``loop.time()``) of the last sleep that ended ``late_s`` late."""
     _clock: Callable[[], float] | None = None
