@@ -65,7 +65,7 @@ from streams.logwriter import LogWriter
 from streams.pipeline import fold_waiting, register
 from streams.summariser import ClickHouseSummaryRecords, LlmEndpoint, LlmSummariser
 from streams.ticker import register_ticker
-from streams.vectors import FoldFirst, LoopLag, register_vectors
+from streams.vectors import FoldFirst, register_vectors
 
 log = logging.getLogger("engram.up")
 KEY_FOLLOW_S = 2.0
@@ -107,19 +107,11 @@ def ingest_batch_size(settings: Settings, config: MemoryConfig) -> int:
 
 def fold_first(app: faust.App, settings: Settings) -> FoldFirst | None:
     """Memories wait to be embedded while ``settings.embed_yield_backlog`` folded events
-    or more wait for their history write, or while the worker's event loop is busy
-    (:class:`~streams.vectors.LoopLag`, a task of ``app``: the fold behind the log while
-    its history keeps up); None when the backlog is 0: never."""
+    or more wait for their history write (None when it is 0: never)."""
     backlog = settings.embed_yield_backlog
     if backlog <= 0:
         return None
-    lag = LoopLag()
-    app.task(lag.run)
-
-    def behind() -> bool:
-        return fold_waiting(app) >= backlog or lag.busy()
-
-    return FoldFirst(behind, settings.embed_yield_max_s)
+    return FoldFirst(lambda: fold_waiting(app) >= backlog, settings.embed_yield_max_s)
 
 
 def build_worker_app(

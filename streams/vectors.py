@@ -586,47 +586,6 @@ YIELD_POLL_S = 0.05
 """How often a :class:`FoldFirst` asks again whether the fold is still behind."""
 
 
-LOOP_LATE_S = 0.05
-"""How late the event loop runs a timer when it is busy (:class:`LoopLag`): a poll's
-length. A worker that keeps up runs its timers a few milliseconds late; one folding a
-burst, about a fold batch (~0.15 s) late, batch after batch."""
-
-
-@dataclass
-class LoopLag:
-    """Whether the worker's event loop is busy: its one loop folds, hands over and
-    flushes, and while it has more to do than it can, its timers run late. :meth:`run`
-    (a task of the worker) sleeps ``period_s`` again and again; :meth:`busy` is true
-    while a sleep ended ``late_s`` or more late within the last ``hold_s`` seconds (a
-    burst makes one late every fold batch; none is late on a loop that keeps up).
-
-    Why: in a burst on two cores the fold may be behind the log while its history keeps
-    up (the history's backlog, :func:`streams.pipeline.fold_waiting`, drops below its
-    threshold after every flush), and each batch of memories released so took the
-    embedding child ~2.5 s of CPU beside the fold (BENCHMARKS.md, "Stop 48")."""
-
-    period_s: float = 0.05
-    late_s: float = LOOP_LATE_S
-    hold_s: float = 1.0
-    late_at: float = -math.inf
-    """The loop's time (``loop.time()``) of the last sleep that ended ``late_s`` late."""
-    _clock: Callable[[], float] | None = None
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._clock = loop.time
-        while True:
-            started = loop.time()
-            await asyncio.sleep(self.period_s)
-            ended = loop.time()
-            if ended - started - self.period_s >= self.late_s:
-                self.late_at = ended
-
-    def busy(self) -> bool:
-        """False until :meth:`run` runs."""
-        return self._clock is not None and self._clock() - self.late_at < self.hold_s
-
-
 @dataclass
 class FoldFirst:
     """Memories wait to be embedded while the fold is behind.

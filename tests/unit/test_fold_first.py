@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from streams.vectors import FoldFirst, LoopLag
+from streams.vectors import FoldFirst
 
 
 def run_wait(first: FoldFirst) -> tuple[float, float]:
@@ -51,29 +51,3 @@ def test_a_crowded_queue_makes_no_batch_wait_and_ends_a_wait() -> None:
     )
     waited, took = run_wait(first)
     assert 0.18 <= waited <= took < 3.0
-
-
-def _hold(seconds: float) -> None:
-    """Hold the running loop (no timer runs meanwhile), as a fold batch holds it."""
-    time.sleep(seconds)
-
-
-def test_a_busy_loop_runs_its_timers_late() -> None:
-    """:class:`LoopLag` is busy while a timer ended late within ``hold_s``: after the
-    loop was held, not on a loop that was not (a generous ``late_s``: a loaded machine
-    runs timers a little late too), nor before it runs."""
-
-    async def measure(hold_s: float) -> bool:
-        lag = LoopLag(period_s=0.02, late_s=0.25, hold_s=5.0)
-        assert not lag.busy()
-        task = asyncio.create_task(lag.run())
-        for _ in range(3):
-            await asyncio.sleep(0.05)
-            _hold(hold_s)
-        await asyncio.sleep(0.05)
-        busy = lag.busy()
-        task.cancel()
-        return busy
-
-    assert asyncio.run(measure(0.6))
-    assert not asyncio.run(measure(0.0))
