@@ -156,8 +156,7 @@ class Settings:
     embed_process: bool = True
     embed_yield_backlog: int = 4096
     """``ENGRAM_EMBED_YIELD_BACKLOG``: while at least this many folded events wait for
-    (or are in) their history write, or while the worker's event loop is busy
-    (:class:`streams.vectors.LoopLag`), memories wait to be embedded (the fold first:
+    (or are in) their history write, memories wait to be embedded (the fold first:
     :class:`streams.vectors.FoldFirst`); 0: they never wait."""
     embed_yield_max_s: float = 30.0
     """``ENGRAM_EMBED_YIELD_MAX_S``: the longest one batch of memories waits so."""

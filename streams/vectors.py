@@ -596,8 +596,7 @@ class FoldFirst:
     in some runs (BENCHMARKS.md, "Stop 46" under Ingest). The fold reads the log first:
     working memory, episodes and the history follow it; the vectors follow the derived
     log, and catch up when the load eases. ``behind()`` says whether the fold is behind
-    (in ``engram up``: :func:`streams.pipeline.fold_waiting` over a threshold, or the
-    event loop busy, :class:`LoopLag`). A batch
+    (:func:`streams.pipeline.fold_waiting` over a threshold, in ``engram up``). A batch
     waits at most ``longest_s``, so embedding goes on under a load that never eases, and
     not at all once ``crowded()`` (the embedding agent's queue is half full: see
     :data:`EMBED_FEED_MAXSIZE`)."""
